@@ -1,0 +1,6 @@
+"""Routes of the demo pages."""
+from django.urls import path
+
+from . import views
+
+urlpatterns = [path("", views.index, name="demo-index")]

@@ -1,0 +1,137 @@
+"""
+Settings of the rindle host project.
+
+Two environment variables choose the deployment mode:
+
+- ``DATABASE_URL``: ``sqlite:///path/to/db.sqlite3`` (the embedded default, SQLite in
+  WAL mode) or ``postgres://user@host:5432/name``.
+- ``REDIS_URL``: when set, Redis carries the channel layer and the Celery broker;
+  otherwise the in-memory channel layer is used and Celery runs without a broker.
+"""
+import os
+import tempfile
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("RINDLE_VAR_DIR", BASE_DIR / "var"))
+
+SECRET_KEY = os.environ.get(
+    "DJANGO_SECRET_KEY", "insecure-development-key-change-me-in-production-0123456789"
+)
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get(
+    "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
+).split(",")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_prometheus",
+    "channels",
+    "rindle_app",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database(url):
+    config = dj_database_url.parse(url, conn_max_age=0)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock
+        # at BEGIN so a read-then-write transaction never fails on lock upgrade.
+        config["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        test_dir = Path(tempfile.gettempdir()) / "rindle-tests"
+        test_dir.mkdir(exist_ok=True)
+        config["TEST"] = {"NAME": str(test_dir / f"test-{os.getpid()}.sqlite3")}
+    else:
+        # One test database per test process, so parallel runs never collide.
+        config["TEST"] = {"NAME": f"test_rindle_{os.getpid()}"}
+    return config
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'rindle.sqlite3'}"
+DATABASES = {"default": _database(DATABASE_URL)}
+if os.environ.get("RINDLE_TEST_DATABASE_NAME"):
+    # Subprocesses started by tests point at the parent's test database.
+    DATABASES["default"]["NAME"] = os.environ["RINDLE_TEST_DATABASE_NAME"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {"TITLE": "rindle", "VERSION": "0.1.0"}
+
+RINDLE = {
+    "SYNCED_MODELS": ["demo.User", "demo.Issue", "demo.Tag", "demo.Comment"],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"rindle": {"handlers": ["console"], "level": "INFO"}},
+}

@@ -1,0 +1,9 @@
+"""URL routes of the host project."""
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("django_prometheus.urls")),
+    path("", include("project.demo.urls")),
+]

@@ -1,0 +1,21 @@
+"""App configuration of rindle."""
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+from django.utils.translation import gettext_lazy as _
+
+
+class RindleConfig(AppConfig):
+    name = "rindle_app"
+    label = "rindle_app"
+    verbose_name = _("rindle")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django.utils.module_loading import autodiscover_modules
+
+        from . import checks  # noqa: F401  (registers the system checks)
+        from .conf import rindle_settings
+        from .signals import install_capture_after_migrate
+
+        autodiscover_modules(rindle_settings.MUTATORS_MODULE)
+        post_migrate.connect(install_capture_after_migrate, sender=self)

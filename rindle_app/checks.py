@@ -1,0 +1,105 @@
+"""System checks for rindle's configuration (ids ``rindle.E001``...)."""
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+from django.utils.module_loading import import_string
+
+from .conf import DEFAULTS
+
+
+@register()
+def check_settings(app_configs, **kwargs):
+    errors = []
+    user = getattr(settings, "RINDLE", {}) or {}
+    if not isinstance(user, dict):
+        return [Error("settings.RINDLE must be a dict.", id="rindle.E008")]
+    for key in sorted(set(user) - set(DEFAULTS)):
+        errors.append(
+            Warning(
+                f"Unknown key {key!r} in settings.RINDLE.",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                id="rindle.W001",
+            )
+        )
+    alias = user.get("DATABASE", DEFAULTS["DATABASE"])
+    db = settings.DATABASES.get(alias)
+    if db is None:
+        errors.append(
+            Error(f"RINDLE['DATABASE'] names {alias!r}, which is not in DATABASES.", id="rindle.E001")
+        )
+    else:
+        errors.extend(_check_database(alias, db))
+    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
+    if "default" not in layers:
+        errors.append(
+            Error(
+                "No default channel layer is configured; live queries cannot fan out.",
+                hint="Set CHANNEL_LAYERS (InMemoryChannelLayer for one process, "
+                "channels_redis.core.RedisChannelLayer otherwise).",
+                id="rindle.E005",
+            )
+        )
+    for label in user.get("SYNCED_MODELS", []):
+        try:
+            apps.get_model(label)
+        except (LookupError, ValueError):
+            errors.append(
+                Error(
+                    f"RINDLE['SYNCED_MODELS'] names an unknown model {label!r}.",
+                    hint="Use 'app_label.ModelName' of an installed app.",
+                    id="rindle.E006",
+                )
+            )
+    adapter = user.get("ADAPTER", DEFAULTS["ADAPTER"])
+    if isinstance(adapter, str):
+        try:
+            import_string(adapter)
+        except ImportError as exc:
+            errors.append(
+                Error(f"RINDLE['ADAPTER'] cannot be imported: {exc}", id="rindle.E007")
+            )
+    return errors
+
+
+def _check_database(alias, db):
+    engine = db.get("ENGINE", "")
+    if engine.endswith("postgresql"):
+        return []
+    if not engine.endswith("sqlite3"):
+        return [
+            Error(
+                f"Database {alias!r} uses {engine}; rindle supports SQLite and PostgreSQL.",
+                id="rindle.E002",
+            )
+        ]
+    errors = []
+    name = str(db.get("NAME", ""))
+    if name == ":memory:" or "mode=memory" in name:
+        errors.append(
+            Error(
+                f"Database {alias!r} is an in-memory SQLite database.",
+                hint="The engine writes from its own thread; use a file.",
+                id="rindle.E003",
+            )
+        )
+    options = db.get("OPTIONS", {})
+    init = str(options.get("init_command", "")).replace(" ", "").lower()
+    if "journal_mode=wal" not in init:
+        errors.append(
+            Error(
+                f"SQLite database {alias!r} is not configured for WAL.",
+                hint="Add 'init_command': 'PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL' "
+                "to its OPTIONS.",
+                id="rindle.E004",
+            )
+        )
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        errors.append(
+            Warning(
+                f"SQLite database {alias!r} starts transactions DEFERRED.",
+                hint="Set 'transaction_mode': 'IMMEDIATE' in its OPTIONS so concurrent "
+                "writers wait for the lock instead of failing with 'database is locked'.",
+                id="rindle.W002",
+            )
+        )
+    return errors

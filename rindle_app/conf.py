@@ -1,0 +1,71 @@
+"""The ``RINDLE`` settings dict, read lazily with documented defaults."""
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+DEFAULTS = {
+    # The database alias the engine writes through and captures on.
+    "DATABASE": "default",
+    # Models whose tables are synced: "app_label.ModelName" strings.
+    "SYNCED_MODELS": [],
+    # Dotted path of the RindleAdapter subclass (who the user is, what they may do).
+    "ADAPTER": "rindle_app.adapter.RindleAdapter",
+    # Module name looked up in every installed app for @mutator definitions.
+    "MUTATORS_MODULE": "mutators",
+    # Largest accepted JSON encoding of a mutation's args, in bytes.
+    "MAX_ARGS_BYTES": 64 * 1024,
+    # Requests the writer accepts before callers are told to back off.
+    "WRITER_QUEUE_SIZE": 10_000,
+    # Queued requests committed together (each in its own savepoint); 1 disables.
+    "GROUP_COMMIT_MAX": 64,
+    # Seconds a caller waits for its write before it is told to retry.
+    "WRITE_TIMEOUT": 30.0,
+    # SQLite durability of the writer connection (NORMAL is safe in WAL mode
+    # against application crashes; FULL also against power loss).
+    "SQLITE_SYNCHRONOUS": "NORMAL",
+    # Milliseconds the writer waits on a SQLite lock held by another process.
+    "SQLITE_BUSY_TIMEOUT_MS": 5000,
+}
+
+IMPORT_STRINGS = {"ADAPTER"}
+
+
+class RindleSettings:
+    """
+    Attribute access to ``settings.RINDLE`` with defaults.
+
+    Unknown names raise ``AttributeError``; dotted paths in ``IMPORT_STRINGS`` are
+    imported; values are re-read after ``setting_changed`` so ``override_settings``
+    works in tests.
+    """
+
+    def __init__(self):
+        self._cache = {}
+
+    @property
+    def user_settings(self):
+        return getattr(settings, "RINDLE", {}) or {}
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name not in DEFAULTS:
+            raise AttributeError(f"Invalid rindle setting: {name!r}")
+        if name not in self._cache:
+            value = self.user_settings.get(name, DEFAULTS[name])
+            if name in IMPORT_STRINGS and isinstance(value, str):
+                value = import_string(value)
+            self._cache[name] = value
+        return self._cache[name]
+
+    def reload(self):
+        self._cache.clear()
+
+
+rindle_settings = RindleSettings()
+
+
+def _reload(*, setting, **kwargs):
+    if setting == "RINDLE":
+        rindle_settings.reload()
+
+
+setting_changed.connect(_reload)

@@ -1,0 +1,335 @@
+"""
+The engine: one per process (per database alias), owning the single writer.
+
+One thread holds the one write connection and serves a queue of requests. Each
+request runs in its own savepoint; the requests queued together commit in one
+transaction (group commit), so every request stays all-or-nothing while a burst
+of writers shares one commit. The caller receives the commit version (cv): the
+outbox high-water mark once its transaction is visible.
+"""
+import atexit
+import logging
+import os
+import queue
+import threading
+import uuid
+from dataclasses import dataclass
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+
+from ..conf import rindle_settings
+from . import capture
+from .errors import EngineClosed, Overloaded, Unavailable
+from .tables import TableMap, create_table_sql, introspect
+from .tx import Tx
+
+logger = logging.getLogger("rindle.engine")
+
+_STOP = object()
+
+
+def is_infrastructure_error(exc):
+    """True for database failures that say nothing about the request itself."""
+    return isinstance(exc, (OperationalError, InterfaceError)) or type(exc) is DatabaseError
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a write request returns: its commit version and the request's value."""
+
+    cv: int
+    value: object = None
+
+
+class _Request:
+    __slots__ = ("fn", "done", "value", "error", "cv")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.done = threading.Event()
+        self.value = None
+        self.error = None
+        self.cv = None
+
+    def finish(self, value=None, error=None, cv=None):
+        self.value, self.error, self.cv = value, error, cv
+        self.done.set()
+
+
+class Engine:
+    """
+    The single writer of one database alias, and its table map.
+
+    Start it with ``start()`` (``get_engine()`` does so lazily); ``close()`` drains
+    every queued request, then stops the thread and closes its connection.
+    """
+
+    def __init__(self, using=None):
+        self.using = using or rindle_settings.DATABASE
+        self.vendor = connections[self.using].vendor
+        self.boot_id = uuid.uuid4().hex
+        self.tables = TableMap()
+        self._queue = queue.Queue(maxsize=rindle_settings.WRITER_QUEUE_SIZE)
+        self._group_max = max(1, int(rindle_settings.GROUP_COMMIT_MAX))
+        self._timeout = float(rindle_settings.WRITE_TIMEOUT)
+        self._thread = None
+        self._state_lock = threading.Lock()
+        self._closed = False
+        self._prepared = None
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def start(self):
+        """Start the writer thread and register the bookkeeping and synced tables."""
+        with self._state_lock:
+            if self._thread is not None:
+                return self
+            self._thread = threading.Thread(
+                target=self._loop, name=f"rindle-writer-{self.using}", daemon=True
+            )
+            self._thread.start()
+        try:
+            self.refresh()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def refresh(self):
+        """(Re-)register the client-mutation ledger and every synced model's table."""
+        from .registry import synced_models
+
+        self.register_existing_table("_rindle_client_mutations")
+        for model in synced_models():
+            self.register_existing_table(model._meta.db_table, model=model)
+
+    def close(self, timeout=None):
+        """Refuse new requests, finish the queued ones, stop the writer."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join(timeout)
+
+    # --- requests ------------------------------------------------------------------
+
+    def write(self, fn):
+        """
+        Run ``fn(tx)`` in one transaction on the writer; return ``Commit(cv, value)``.
+
+        An exception raised by ``fn`` rolls back its effects and is re-raised here.
+        A database failure raises ``Unavailable`` (retryable; nothing was written).
+        """
+        return self.wait(self.submit(fn))
+
+    def submit(self, fn):
+        if self._closed or self._thread is None:
+            raise EngineClosed("the rindle engine is not running")
+        req = _Request(fn)
+        try:
+            self._queue.put_nowait(req)
+        except queue.Full:
+            raise Overloaded("the writer queue is full; retry later") from None
+        return req
+
+    def wait(self, req):
+        if not req.done.wait(self._timeout):
+            raise Unavailable("the write did not complete in time; retry later", code="timeout")
+        if req.error is not None:
+            raise req.error
+        return Commit(req.cv, req.value)
+
+    # --- the table map ----------------------------------------------------------
+
+    def register_table(self, table, columns, pk, col_types):
+        """Create ``table`` if absent (pk: column indexes) and register it. Idempotent."""
+        sql = create_table_sql(table, list(columns), list(pk), list(col_types))
+
+        def create(tx):
+            tx.execute(sql)
+
+        self.write(create)
+        return self.register_existing_table(table)
+
+    def register_existing_table(self, table, *, model=None):
+        """Register a table that exists: introspect it and (re)install its capture."""
+
+        def register(tx):
+            conn = connections[self.using]
+            t = introspect(conn, tx._cursor, table, model=model)
+            capture.install(tx._cursor, self.vendor, t)
+            return t
+
+        t = self.write(register).value
+        self.tables.put(t)
+        return t
+
+    def base_table_schemas(self):
+        """Registered client-visible tables (sorted; no ``_rindle_*``/``__*``/``sqlite_*``)."""
+        return self.tables.base_table_schemas()
+
+    def foreign_key_audit(self, max_rows=1000):
+        """Report rows violating any declared foreign key of a registered table."""
+        from .audit import foreign_key_audit
+
+        return foreign_key_audit(self, max_rows)
+
+    # --- client mutations ------------------------------------------------------------
+
+    def mutate(self, client_id, mid, name, args, user=None):
+        """Apply one client mutation exactly once; see ``engine.mutations``."""
+        from .mutations import mutate
+
+        return mutate(self, client_id, mid, name, args, user)
+
+    def client_lmid(self, client_id):
+        """The durably stored last mutation id of ``client_id`` (0 if new)."""
+        from .mutations import client_lmid
+
+        return client_lmid(self.using, client_id)
+
+    # --- the writer thread -------------------------------------------------------------
+
+    def _loop(self):
+        conn = connections[self.using]
+        try:
+            while True:
+                first = self._queue.get()
+                if first is _STOP:
+                    return
+                batch, stop = [first], False
+                while len(batch) < self._group_max:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is _STOP:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                self._run_group(conn, batch)
+                if stop:
+                    return
+        finally:
+            self._closed = True
+            while True:  # fail anything that slipped in after the stop marker
+                try:
+                    req = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if req is not _STOP:
+                    req.finish(error=EngineClosed("the rindle engine closed"))
+            conn.close()
+
+    def _prepare(self, conn):
+        conn.ensure_connection()
+        if self._prepared is conn.connection:
+            return
+        if self.vendor == "sqlite":
+            # The writer must hold the write lock from BEGIN: a deferred transaction
+            # that reads, then writes, fails outright if another process wrote between.
+            conn.transaction_mode = "IMMEDIATE"
+            with conn.cursor() as cur:
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={_sqlite_sync()}")
+                cur.execute(f"PRAGMA busy_timeout={int(rindle_settings.SQLITE_BUSY_TIMEOUT_MS)}")
+        self._prepared = conn.connection
+
+    def _run_group(self, conn, batch):
+        pending = batch
+        while pending:
+            outcomes = []
+            culprit = None
+            try:
+                self._prepare(conn)
+                with transaction.atomic(using=self.using):
+                    with conn.cursor() as cursor:
+                        tx = Tx(cursor, self.tables, self.using)
+                        for req in pending:
+                            try:
+                                with transaction.atomic(using=self.using):
+                                    outcomes.append((req, req.fn(tx), None))
+                            except Exception as exc:
+                                if is_infrastructure_error(exc):
+                                    culprit = req
+                                    raise
+                                outcomes.append((req, None, exc))
+                        cv = self._high_water(cursor)
+            except Exception as exc:
+                if not is_infrastructure_error(exc):
+                    raise  # pragma: no cover - only infrastructure errors escape
+                logger.warning("rindle writer: database error: %s", exc)
+                conn.close_if_unusable_or_obsolete()
+                error = Unavailable(f"database unavailable: {exc}")
+                if culprit is None:  # the commit itself failed: nothing landed
+                    for req in pending:
+                        req.finish(error=error)
+                    return
+                culprit.finish(error=error)
+                pending = [r for r in pending if r is not culprit]
+                continue
+            for req, value, exc in outcomes:
+                req.finish(value=value, error=exc, cv=cv)
+            return
+
+    def _high_water(self, cursor):
+        cursor.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {capture.OUTBOX}")
+        return cursor.fetchone()[0]
+
+
+def _sqlite_sync():
+    value = str(rindle_settings.SQLITE_SYNCHRONOUS).upper()
+    if value not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ValueError(f"invalid RINDLE['SQLITE_SYNCHRONOUS']: {value!r}")
+    return value
+
+
+# --- the process's engines ---------------------------------------------------------------
+
+_engines = {}
+_engines_lock = threading.Lock()
+
+
+def get_engine(using=None):
+    """The running engine of ``using`` in this process, started on first use."""
+    using = using or rindle_settings.DATABASE
+    engine = _engines.get(using)
+    if engine is not None and not engine.closed:
+        return engine
+    with _engines_lock:
+        engine = _engines.get(using)
+        if engine is None or engine.closed:
+            engine = Engine(using).start()
+            _engines[using] = engine
+        return engine
+
+
+def running_engine(using=None):
+    """The engine of ``using`` if one is running in this process, else None."""
+    engine = _engines.get(using or rindle_settings.DATABASE)
+    return engine if engine is not None and not engine.closed else None
+
+
+def shutdown(timeout=None):
+    """Close every engine of this process, draining their queues."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.close(timeout)
+
+
+def _after_fork_in_child():
+    # The writer thread does not survive fork(); the child starts its own lazily.
+    _engines.clear()
+
+
+atexit.register(shutdown)
+os.register_at_fork(after_in_child=_after_fork_in_child)

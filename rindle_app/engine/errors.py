@@ -1,0 +1,71 @@
+"""The engine's error types: each carries a machine-readable ``code``."""
+
+
+class RindleError(Exception):
+    """
+    Base of every error rindle reports to a caller.
+
+    ``code`` is stable and machine-readable; ``status`` is the HTTP status the
+    transport maps it to; ``retryable`` tells a client whether the same request
+    may succeed later unchanged.
+    """
+
+    code = "error"
+    status = 400
+    retryable = False
+
+    def __init__(self, message, *, code=None, **details):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details
+
+    def as_dict(self):
+        return {"code": self.code, "message": self.message, "retryable": self.retryable, **self.details}
+
+
+class InvalidInput(RindleError):
+    """The request is malformed; nothing was written."""
+
+    code = "invalid_input"
+
+
+class UnknownTable(InvalidInput):
+    """The table is not registered with the engine (or does not exist)."""
+
+    code = "unknown_table"
+
+
+class MutationGap(RindleError):
+    """A client mutation id skipped ahead of the stored lmid + 1; nothing was written."""
+
+    code = "mid_gap"
+    status = 409
+
+    def __init__(self, client_id, mid, lmid):
+        super().__init__(
+            f"client {client_id!r} sent mutation {mid} but the next expected is {lmid + 1}",
+            lmid=lmid,
+        )
+        self.lmid = lmid
+
+
+class Unavailable(RindleError):
+    """The database could not complete the request; nothing was written; retry."""
+
+    code = "unavailable"
+    status = 503
+    retryable = True
+
+
+class EngineClosed(Unavailable):
+    """The engine is shutting down or closed."""
+
+    code = "engine_closed"
+
+
+class Overloaded(Unavailable):
+    """The writer's queue is full."""
+
+    code = "overloaded"

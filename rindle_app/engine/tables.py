@@ -1,0 +1,191 @@
+"""
+The table map: every registered base table's ordered columns, types, primary key
+and declared foreign keys, read from the database itself.
+"""
+import threading
+from dataclasses import dataclass, field
+
+from .errors import UnknownTable
+from .identifiers import quote, validate
+
+# Tables the client schema never shows (engine bookkeeping and SQLite internals).
+HIDDEN_PREFIXES = ("_rindle_", "__", "sqlite_")
+
+WIRE_TYPES = ("string", "number", "boolean", "json", "int64")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # one of WIRE_TYPES
+    nullable: bool = True
+    declared: str = ""
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    columns: tuple
+    ref_table: str
+    ref_columns: tuple
+
+
+@dataclass(frozen=True)
+class Table:
+    """One registered table. Column order is the database's."""
+
+    name: str
+    columns: tuple
+    primary_key: tuple
+    foreign_keys: tuple = ()
+    column_names: frozenset = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "column_names", frozenset(c.name for c in self.columns))
+
+    @property
+    def hidden(self):
+        return self.name.startswith(HIDDEN_PREFIXES)
+
+    def schema(self):
+        """The client-facing schema of this table (``GET /schema`` shape)."""
+        return {
+            "name": self.name,
+            "columns": [
+                {"name": c.name, "type": c.type, "nullable": c.nullable} for c in self.columns
+            ],
+            "primaryKey": list(self.primary_key),
+        }
+
+
+def wire_type(declared):
+    """Map a declared SQL column type to a wire type."""
+    t = (declared or "").lower()
+    if "bool" in t:
+        return "boolean"
+    if "json" in t:
+        return "json"
+    if any(k in t for k in ("int", "real", "floa", "doub", "numeric", "decimal", "serial")):
+        return "number"
+    return "string"
+
+
+def model_wire_type(field):
+    internal = field.get_internal_type()
+    if internal in ("BooleanField", "NullBooleanField"):
+        return "boolean"
+    if internal == "JSONField":
+        return "json"
+    return None
+
+
+class TableMap:
+    """The registered tables of one engine, safe to read from any thread."""
+
+    def __init__(self):
+        self._tables = {}
+        self._lock = threading.Lock()
+
+    def put(self, table):
+        with self._lock:
+            tables = dict(self._tables)
+            tables[table.name] = table
+            self._tables = tables
+
+    def get(self, name):
+        table = self._tables.get(name)
+        if table is None:
+            raise UnknownTable(f"table {name!r} is not registered", table=name)
+        return table
+
+    def __contains__(self, name):
+        return name in self._tables
+
+    def __iter__(self):
+        return iter(sorted(self._tables.values(), key=lambda t: t.name))
+
+    def base_table_schemas(self):
+        """Registered tables visible to clients, sorted by name."""
+        return [t.schema() for t in self if not t.hidden]
+
+
+# --- introspection ------------------------------------------------------------
+
+
+def introspect(connection, cursor, name, *, model=None):
+    """Read ``name``'s columns, pk and foreign keys from the database."""
+    validate(name, "table name")
+    if name not in connection.introspection.table_names(cursor):
+        raise UnknownTable(f"table {name!r} does not exist", table=name)
+    if connection.vendor == "sqlite":
+        cursor.execute(f"PRAGMA table_info({quote(name)})")
+        rows = cursor.fetchall()
+        described = [(r[1], r[2], not r[3]) for r in rows]
+        pk = [r[1] for r in sorted((r for r in rows if r[5]), key=lambda r: r[5])]
+        cursor.execute(f"PRAGMA foreign_key_list({quote(name)})")
+        fk_rows = cursor.fetchall()  # id, seq, table, from, to, ...
+        grouped = {}
+        for r in sorted(fk_rows, key=lambda r: (r[0], r[1])):
+            grouped.setdefault(r[0], []).append(r)
+        fks = [
+            ForeignKey(tuple(r[3] for r in g), g[0][2], tuple(r[4] for r in g))
+            for g in grouped.values()
+        ]
+    else:
+        cursor.execute(
+            "SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+            [name],
+        )
+        described = cursor.fetchall()
+        pk = connection.introspection.get_primary_key_columns(cursor, name) or []
+        fks = [
+            ForeignKey((column,), ref_table, (ref_column,))
+            for column, (ref_column, ref_table) in connection.introspection.get_relations(
+                cursor, name
+            ).items()
+        ]
+    if not pk:
+        raise UnknownTable(f"table {name!r} has no primary key", code="no_primary_key", table=name)
+
+    overrides = {}
+    if model is not None:
+        for f in model._meta.concrete_fields:
+            t = model_wire_type(f)
+            if t:
+                overrides[f.column] = t
+            if f.remote_field is not None and not f.db_constraint:
+                target = f.target_field
+                fks.append(ForeignKey((f.column,), target.model._meta.db_table, (target.column,)))
+    columns = tuple(
+        Column(validate(n, "column name"), overrides.get(n) or wire_type(d), bool(null), d or "")
+        for n, d, null in described
+    )
+    return Table(name, columns, tuple(pk), tuple(dict.fromkeys(fks)))
+
+
+def create_table_sql(name, columns, pk, col_types):
+    """CREATE TABLE IF NOT EXISTS for ``register_table``; types are SQL types."""
+    validate(name, "table name")
+    if len(columns) != len(col_types):
+        raise ValueError("columns and col_types differ in length")
+    cols = [f"{quote(c)} {_sql_type(t)}" for c, t in zip(columns, col_types)]
+    keys = ", ".join(quote(columns[i]) for i in pk)
+    return f"CREATE TABLE IF NOT EXISTS {quote(name)} ({', '.join(cols)}, PRIMARY KEY ({keys}))"
+
+
+_SQL_TYPES = {
+    "string": "TEXT",
+    "number": "DOUBLE PRECISION",
+    "int64": "BIGINT",
+    "boolean": "BOOLEAN",
+    "json": "JSON",
+}
+
+
+def _sql_type(t):
+    if t in _SQL_TYPES:
+        return _SQL_TYPES[t]
+    upper = str(t).upper()
+    if not all(ch.isalnum() or ch in " ()," for ch in upper):
+        raise ValueError(f"invalid column type {t!r}")
+    return upper

@@ -1,0 +1,184 @@
+"""
+Bookkeeping tables of the engine, one model per ``_rindle_*`` table.
+
+Django owns their DDL through migrations; the engine reads and writes them with
+plain SQL on its writer connection. The admin shows them read-only.
+"""
+from django.db import models
+
+
+class ChangeEvent(models.Model):
+    """
+    The outbox: one row per captured row change, appended by a trigger in the
+    same transaction as the change itself.
+
+    ``seq`` is monotone and never reused; ``txid`` is the Postgres transaction id
+    (null on SQLite, whose writers are serialized so a reader's snapshot always
+    holds whole transactions).
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    txid = models.BigIntegerField(null=True)
+    table = models.TextField()
+    op = models.CharField(max_length=8)  # add | edit | remove
+    key = models.JSONField(db_column="pk")  # the row's primary key values
+    old = models.JSONField(null=True)
+    new = models.JSONField(null=True)
+
+    class Meta:
+        db_table = "_rindle_change_events"
+        verbose_name = "change event"
+
+    def __str__(self):
+        return f"#{self.seq} {self.op} {self.table} {self.key}"
+
+
+class ClientMutation(models.Model):
+    """The last mutation id applied (or rejected) per client: the lmid."""
+
+    client_id = models.TextField(primary_key=True)
+    last_mutation_id = models.BigIntegerField()
+
+    class Meta:
+        db_table = "_rindle_client_mutations"
+        verbose_name = "client lmid"
+
+    def __str__(self):
+        return f"{self.client_id} @ {self.last_mutation_id}"
+
+
+class ProducerOffset(models.Model):
+    """The last sequence a foreign producer wrote, and the digest of that write."""
+
+    producer = models.TextField(primary_key=True)
+    seq = models.BigIntegerField()
+    digest = models.TextField(null=True)
+
+    class Meta:
+        db_table = "_rindle_producer_offsets"
+
+    def __str__(self):
+        return f"{self.producer} @ {self.seq}"
+
+
+class SourceOffset(models.Model):
+    """A change source's durable cursor, committed with the effects it covers."""
+
+    source = models.TextField(primary_key=True)
+    offset = models.TextField()
+    chunk_seq = models.BigIntegerField(default=-1)  # -1: a whole-run checkpoint
+    run_id = models.TextField(null=True)
+    batch_hash = models.TextField(null=True)
+    head = models.JSONField(null=True)
+
+    class Meta:
+        db_table = "_rindle_source_offsets"
+
+    def __str__(self):
+        return f"{self.source} @ {self.offset}/{self.chunk_seq}"
+
+
+class AppliedDdl(models.Model):
+    """The DDL journal: one row per applied migration, with its apply report."""
+
+    key = models.TextField(primary_key=True)
+    actions = models.JSONField(null=True)
+    checksum = models.TextField(null=True)
+    content_checksum = models.TextField(null=True)
+    applied_at = models.BigIntegerField()  # milliseconds since the epoch
+
+    class Meta:
+        db_table = "_rindle_applied_ddl"
+        verbose_name = "applied DDL"
+
+    def __str__(self):
+        return self.key
+
+
+class SqlOutcome(models.Model):
+    """The retained terminal outcome of a public SQL operation, for replay."""
+
+    outcome_key = models.TextField(primary_key=True)
+    result = models.TextField()
+    expires_at = models.BigIntegerField()  # milliseconds since the epoch
+
+    class Meta:
+        db_table = "_rindle_sql_outcomes"
+
+    def __str__(self):
+        return self.outcome_key
+
+
+class RoomPlacement(models.Model):
+    """A room document's placement epoch; each claim bumps it once."""
+
+    doc = models.TextField(primary_key=True)
+    epoch = models.BigIntegerField()
+
+    class Meta:
+        db_table = "_rindle_room_placement"
+
+    def __str__(self):
+        return f"{self.doc} epoch {self.epoch}"
+
+
+class RoomClientMutation(models.Model):
+    """The room ledger: lmid per (doc, client), never aliasing the client ledger."""
+
+    pk = models.CompositePrimaryKey("doc", "client_id")
+    doc = models.TextField()
+    client_id = models.TextField()
+    last_mutation_id = models.BigIntegerField()
+
+    class Meta:
+        db_table = "_rindle_room_client_mutations"
+
+    def __str__(self):
+        return f"{self.doc}/{self.client_id} @ {self.last_mutation_id}"
+
+
+class RoomWatermark(models.Model):
+    """The downgrade fence: the last flush sequence committed for a room."""
+
+    doc = models.TextField(primary_key=True)
+    flush_seq = models.TextField()
+
+    class Meta:
+        db_table = "_rindle_room_watermark"
+
+    def __str__(self):
+        return f"{self.doc} @ {self.flush_seq}"
+
+
+class RoomMutationOutcome(models.Model):
+    """Outcome of a room mutation that was NOT applied (absent under lmid = applied)."""
+
+    pk = models.CompositePrimaryKey("doc", "client_id", "mid")
+    doc = models.TextField()
+    client_id = models.TextField()
+    mid = models.BigIntegerField()
+    kind = models.TextField()
+    reason = models.TextField(null=True)
+    name = models.TextField(null=True)
+    args = models.JSONField(null=True)
+
+    class Meta:
+        db_table = "_rindle_room_mutation_outcomes"
+
+    def __str__(self):
+        return f"{self.doc}/{self.client_id}#{self.mid} {self.kind}"
+
+
+class ScopeSession(models.Model):
+    """Room occupancy (the doorbell): one row per client present in a scope."""
+
+    pk = models.CompositePrimaryKey("scope", "client_id")
+    scope = models.TextField()
+    client_id = models.TextField()
+    expires_at = models.BigIntegerField()  # milliseconds since the epoch
+
+    class Meta:
+        db_table = "_rindle_scope_sessions"
+
+    def __str__(self):
+        return f"{self.scope}/{self.client_id}"

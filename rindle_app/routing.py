@@ -1,0 +1,3 @@
+"""Websocket routes of rindle (the live-query consumer lands at /ws/rindle/)."""
+
+websocket_urlpatterns = []

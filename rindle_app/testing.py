@@ -1,0 +1,35 @@
+"""Public test helpers for projects that use rindle."""
+from django.db import connections
+
+from .engine.capture import OUTBOX
+from .engine.engine import Engine
+
+
+def outbox_high_water(using="default"):
+    """The greatest outbox seq committed so far (0 when empty)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}")
+        return cursor.fetchone()[0]
+
+
+def outbox_since(seq, using="default"):
+    """Captured events after ``seq`` as dicts, oldest first."""
+    from .models import ChangeEvent
+
+    return [
+        {"seq": e.seq, "table": e.table, "op": e.op, "pk": e.key, "old": e.old, "new": e.new}
+        for e in ChangeEvent.objects.using(using).filter(seq__gt=seq).order_by("seq")
+    ]
+
+
+class running:
+    """``with running() as engine:`` — a fresh engine, closed (drained) on exit."""
+
+    def __init__(self, using="default"):
+        self.engine = Engine(using)
+
+    def __enter__(self):
+        return self.engine.start()
+
+    def __exit__(self, *exc):
+        self.engine.close()

@@ -1,0 +1,64 @@
+"""
+Shared fixtures.
+
+The suite runs once per backend: SQLite by default, PostgreSQL when DATABASE_URL
+points at one (the README's test command runs both). Services a test claims are
+required under CI=true: a missing one fails the test instead of skipping it.
+"""
+import os
+import socket
+from urllib.parse import urlparse
+
+import pytest
+from django.db import connection
+
+from rindle_app.testing import running
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REDIS_URL = os.environ.get("RINDLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+POSTGRES_URL = os.environ.get("RINDLE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
+
+
+def _reachable(url):
+    parts = urlparse(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name, url):
+    """Skip when ``url`` does not answer, except under CI=true where it fails."""
+    if _reachable(url):
+        return url
+    message = f"{name} at {url} is unreachable"
+    if CI:
+        pytest.fail(message + " (CI=true: services are required)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def redis_url():
+    return require_service("Redis", REDIS_URL)
+
+
+@pytest.fixture
+def engine(transactional_db):
+    """A fresh engine on the test database, drained and closed after the test."""
+    with running() as e:
+        yield e
+
+
+@pytest.fixture
+def vendor(db):
+    return connection.vendor
+
+
+def child_env(**extra):
+    """Environment for a subprocess that must use this test run's database."""
+    env = dict(os.environ)
+    env["RINDLE_TEST_DATABASE_NAME"] = str(connection.settings_dict["NAME"])
+    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
