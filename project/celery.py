@@ -1,4 +1,5 @@
 """The Celery application of the host project (broker: REDIS_URL, else in-memory)."""
+
 import os
 
 from celery import Celery

@@ -8,6 +8,7 @@ Two environment variables choose the deployment mode:
 - ``REDIS_URL``: when set, Redis carries the channel layer and the Celery broker;
   otherwise the in-memory channel layer is used and Celery runs without a broker.
 """
+
 import os
 import tempfile
 from pathlib import Path

@@ -1,4 +1,5 @@
 """URL routes of the host project."""
+
 from django.contrib import admin
 from django.urls import include, path
 

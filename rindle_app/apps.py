@@ -1,4 +1,5 @@
 """App configuration of rindle."""
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 from django.utils.translation import gettext_lazy as _

@@ -1,4 +1,5 @@
 """System checks for rindle's configuration (ids ``rindle.E001``...)."""
+
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Warning, register
@@ -25,7 +26,9 @@ def check_settings(app_configs, **kwargs):
     db = settings.DATABASES.get(alias)
     if db is None:
         errors.append(
-            Error(f"RINDLE['DATABASE'] names {alias!r}, which is not in DATABASES.", id="rindle.E001")
+            Error(
+                f"RINDLE['DATABASE'] names {alias!r}, which is not in DATABASES.", id="rindle.E001"
+            )
         )
     else:
         errors.extend(_check_database(alias, db))
@@ -55,9 +58,7 @@ def check_settings(app_configs, **kwargs):
         try:
             import_string(adapter)
         except ImportError as exc:
-            errors.append(
-                Error(f"RINDLE['ADAPTER'] cannot be imported: {exc}", id="rindle.E007")
-            )
+            errors.append(Error(f"RINDLE['ADAPTER'] cannot be imported: {exc}", id="rindle.E007"))
     return errors
 
 

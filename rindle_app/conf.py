@@ -1,4 +1,5 @@
 """The ``RINDLE`` settings dict, read lazily with documented defaults."""
+
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string

@@ -4,6 +4,7 @@ Bookkeeping tables of the engine, one model per ``_rindle_*`` table.
 Django owns their DDL through migrations; the engine reads and writes them with
 plain SQL on its writer connection. The admin shows them read-only.
 """
+
 from django.db import models
 
 

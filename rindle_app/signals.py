@@ -1,4 +1,5 @@
 """Signal receivers: keep capture triggers and the table map in step with migrations."""
+
 import logging
 
 from django.db import connections, transaction

@@ -1,4 +1,5 @@
 """Public test helpers for projects that use rindle."""
+
 from django.db import connections
 
 from .engine.capture import OUTBOX

@@ -5,6 +5,7 @@ The suite runs once per backend: SQLite by default, PostgreSQL when DATABASE_URL
 points at one (the README's test command runs both). Services a test claims are
 required under CI=true: a missing one fails the test instead of skipping it.
 """
+
 import os
 import socket
 from urllib.parse import urlparse

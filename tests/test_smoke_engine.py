@@ -1,4 +1,5 @@
 """The engine starts on the test database and captures its own writes."""
+
 from rindle_app.testing import outbox_high_water, outbox_since
 
 

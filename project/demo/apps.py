@@ -1,4 +1,5 @@
 """The demo issue tracker (the original rindle example, ported to Django)."""
+
 from django.apps import AppConfig
 
 

@@ -5,6 +5,7 @@ rindle clients expect. Every column is NOT NULL; an unassigned owner is the user
 ``"unassigned"``. References are declared (for the foreign-key audit and the ORM)
 but not enforced by the database, like the original.
 """
+
 from django.db import models
 
 STATUSES = ["backlog", "todo", "in-progress", "review", "done"]

@@ -1,4 +1,5 @@
 """Routes of the demo pages."""
+
 from django.urls import path
 
 from . import views

@@ -1,4 +1,5 @@
 """Pages of the demo issue tracker."""
+
 from django.shortcuts import render
 
 from .models import Issue

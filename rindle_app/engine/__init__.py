@@ -2,6 +2,7 @@
 The engine: the single writer, the table map, capture into the outbox and the
 write planes. Import from here; the submodules are implementation.
 """
+
 from .engine import Commit, Engine, get_engine, running_engine, shutdown
 from .errors import (
     EngineClosed,

@@ -1,4 +1,5 @@
 """The foreign-key audit: report rows whose declared reference has no target."""
+
 from dataclasses import dataclass, field
 
 from django.db import connections

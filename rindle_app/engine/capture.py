@@ -5,6 +5,7 @@ outbox ``_rindle_change_events`` inside the writing transaction.
 Triggers live in the database, so writes from any connection are captured: the
 engine, the ORM in any process, the admin, raw SQL from a shell.
 """
+
 import hashlib
 
 from .identifiers import quote
@@ -71,7 +72,7 @@ def sqlite_trigger_sql(table):
     names = trigger_names(table.name)
     t = quote(table.name)
     lit = table.name
-    insert = f"INSERT INTO {OUTBOX} (txid, \"table\", op, pk, old, new) VALUES"
+    insert = f'INSERT INTO {OUTBOX} (txid, "table", op, pk, old, new) VALUES'
     changed = " OR ".join(f"OLD.{quote(c.name)} IS NOT NEW.{quote(c.name)}" for c in table.columns)
     return {
         "add": (
@@ -161,4 +162,6 @@ def _install_postgres(cursor, table):
             continue
         cursor.execute(f"DROP TRIGGER IF EXISTS {quote(names[op])} ON {quote(table.name)}")
         cursor.execute(sql)
-        cursor.execute(f"COMMENT ON TRIGGER {quote(names[op])} ON {quote(table.name)} IS '{marker}'")
+        cursor.execute(
+            f"COMMENT ON TRIGGER {quote(names[op])} ON {quote(table.name)} IS '{marker}'"
+        )

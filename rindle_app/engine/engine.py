@@ -7,6 +7,7 @@ transaction (group commit), so every request stays all-or-nothing while a burst
 of writers shares one commit. The caller receives the commit version (cv): the
 outbox high-water mark once its transaction is visible.
 """
+
 import atexit
 import logging
 import os

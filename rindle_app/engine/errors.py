@@ -22,7 +22,12 @@ class RindleError(Exception):
         self.details = details
 
     def as_dict(self):
-        return {"code": self.code, "message": self.message, "retryable": self.retryable, **self.details}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            **self.details,
+        }
 
 
 class InvalidInput(RindleError):

@@ -1,4 +1,5 @@
 """Validation and quoting of SQL identifiers (table and column names)."""
+
 import re
 
 from .errors import InvalidInput

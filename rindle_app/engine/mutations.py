@@ -9,6 +9,7 @@ is not authorized, a deterministic integrity error) rolls the effects back and
 STILL advances the lmid, so the client's queue never wedges. A database failure
 advances nothing and is retryable.
 """
+
 import json
 from dataclasses import dataclass
 

@@ -1,4 +1,5 @@
 """Which Django models are synced: ``RINDLE["SYNCED_MODELS"]`` plus ``@synced``."""
+
 from django.apps import apps
 
 from ..conf import rindle_settings

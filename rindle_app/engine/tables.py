@@ -2,6 +2,7 @@
 The table map: every registered base table's ordered columns, types, primary key
 and declared foreign keys, read from the database itself.
 """
+
 import threading
 from dataclasses import dataclass, field
 

@@ -1,4 +1,5 @@
 """The transaction handle a write request (and a mutator) receives."""
+
 from .errors import InvalidInput
 from .identifiers import quote
 
