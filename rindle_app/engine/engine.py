@@ -43,18 +43,32 @@ class Commit:
 
 
 class _Request:
-    __slots__ = ("fn", "done", "value", "error", "cv")
+    """One queued write. ``_done`` is held until the writer finishes the request."""
+
+    __slots__ = ("fn", "_done", "value", "error", "cv")
 
     def __init__(self, fn):
         self.fn = fn
-        self.done = threading.Event()
+        # A bare lock is the cheapest one-shot signal between two threads.
+        self._done = threading.Lock()
+        self._done.acquire()
         self.value = None
         self.error = None
         self.cv = None
 
     def finish(self, value=None, error=None, cv=None):
         self.value, self.error, self.cv = value, error, cv
-        self.done.set()
+        self._done.release()
+
+    def wait(self, timeout):
+        if self._done.acquire(timeout=timeout):
+            self._done.release()  # later waiters see it finished too
+            return True
+        return False
+
+    @property
+    def finished(self):
+        return not self._done.locked()
 
 
 class Engine:
@@ -70,13 +84,15 @@ class Engine:
         self.vendor = connections[self.using].vendor
         self.boot_id = uuid.uuid4().hex
         self.tables = TableMap()
-        self._queue = queue.Queue(maxsize=rindle_settings.WRITER_QUEUE_SIZE)
+        self._queue = queue.SimpleQueue()
+        self._queue_max = int(rindle_settings.WRITER_QUEUE_SIZE)
         self._group_max = max(1, int(rindle_settings.GROUP_COMMIT_MAX))
         self._timeout = float(rindle_settings.WRITE_TIMEOUT)
         self._thread = None
         self._state_lock = threading.Lock()
         self._closed = False
         self._prepared = None
+        self._raw = None
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -133,15 +149,14 @@ class Engine:
     def submit(self, fn):
         if self._closed or self._thread is None:
             raise EngineClosed("the rindle engine is not running")
+        if self._queue.qsize() >= self._queue_max:
+            raise Overloaded("the writer queue is full; retry later")
         req = _Request(fn)
-        try:
-            self._queue.put_nowait(req)
-        except queue.Full:
-            raise Overloaded("the writer queue is full; retry later") from None
+        self._queue.put(req)
         return req
 
     def wait(self, req):
-        if not req.done.wait(self._timeout):
+        if not req.wait(self._timeout):
             raise Unavailable("the write did not complete in time; retry later", code="timeout")
         if req.error is not None:
             raise req.error
@@ -164,8 +179,8 @@ class Engine:
 
         def register(tx):
             conn = connections[self.using]
-            t = introspect(conn, tx._cursor, table, model=model)
-            capture.install(tx._cursor, self.vendor, t)
+            t = introspect(conn, tx.cursor, table, model=model)
+            capture.install(tx.cursor, self.vendor, t)
             return t
 
         t = self.write(register).value
@@ -230,9 +245,9 @@ class Engine:
             conn.close()
 
     def _prepare(self, conn):
-        conn.ensure_connection()
-        if self._prepared is conn.connection:
+        if conn.connection is not None and self._prepared is conn.connection:
             return
+        conn.ensure_connection()
         if self.vendor == "sqlite":
             # The writer must hold the write lock from BEGIN: a deferred transaction
             # that reads, then writes, fails outright if another process wrote between.
@@ -242,6 +257,7 @@ class Engine:
                 cur.execute(f"PRAGMA synchronous={_sqlite_sync()}")
                 cur.execute(f"PRAGMA busy_timeout={int(rindle_settings.SQLITE_BUSY_TIMEOUT_MS)}")
         self._prepared = conn.connection
+        self._raw = conn.connection.cursor()
 
     def _run_group(self, conn, batch):
         pending = batch
@@ -251,18 +267,26 @@ class Engine:
             try:
                 self._prepare(conn)
                 with transaction.atomic(using=self.using):
-                    with conn.cursor() as cursor:
-                        tx = Tx(cursor, self.tables, self.using)
-                        for req in pending:
-                            try:
-                                with transaction.atomic(using=self.using):
+                    tx = Tx(conn, self._raw, self.tables)
+                    solo = len(pending) == 1
+                    for req in pending:
+                        try:
+                            if solo:  # the transaction itself is the request's atomic unit
+                                outcomes.append((req, req.fn(tx), None))
+                            else:
+                                with tx.savepoint():
                                     outcomes.append((req, req.fn(tx), None))
-                            except Exception as exc:
-                                if is_infrastructure_error(exc):
-                                    culprit = req
-                                    raise
-                                outcomes.append((req, None, exc))
-                        cv = self._high_water(cursor)
+                        except Exception as exc:
+                            if is_infrastructure_error(exc):
+                                culprit = req
+                                raise
+                            if solo:
+                                raise _Failed(exc) from exc
+                            outcomes.append((req, None, exc))
+                    cv = tx.scalar(f"SELECT COALESCE(MAX(seq), 0) FROM {capture.OUTBOX}")
+            except _Failed as failed:  # a lone request failed: its rollback is the txn's
+                pending[0].finish(error=failed.error)
+                return
             except Exception as exc:
                 if not is_infrastructure_error(exc):
                     raise  # pragma: no cover - only infrastructure errors escape
@@ -280,9 +304,13 @@ class Engine:
                 req.finish(value=value, error=exc, cv=cv)
             return
 
-    def _high_water(self, cursor):
-        cursor.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {capture.OUTBOX}")
-        return cursor.fetchone()[0]
+
+class _Failed(Exception):
+    """Carries a lone request's own exception out of its rolled-back transaction."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _sqlite_sync():

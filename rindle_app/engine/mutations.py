@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError, IntegrityError, connections, transaction
+from django.db import DataError, IntegrityError, connections
 
 from ..adapter import get_adapter
 from ..conf import rindle_settings
@@ -170,16 +170,16 @@ def classify(exc):
     return "mutator_error", f"{type(exc).__name__}: {exc}"
 
 
-def _read_lmid(tx, client_id, lock):
-    if lock and connections[tx.using].vendor == "postgresql":
+def _read_lmid(tx, client_id):
+    if tx._ph == "%s":
         # Engines of several processes may share one Postgres: serialize per client.
-        tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [client_id])
-    rows = tx.query(f"SELECT last_mutation_id FROM {LEDGER} WHERE client_id = %s", [client_id])
-    return rows[0]["last_mutation_id"] if rows else 0
+        tx.scalar("SELECT pg_advisory_xact_lock(hashtextextended({ph}, 0))", [client_id])
+    lmid = tx.scalar(f"SELECT last_mutation_id FROM {LEDGER} WHERE client_id = {{ph}}", [client_id])
+    return lmid or 0
 
 
 def _apply(tx, client_id, mid, plan, user):
-    lmid = _read_lmid(tx, client_id, lock=True)
+    lmid = _read_lmid(tx, client_id)
     if mid <= lmid:
         return "absorbed", lmid, None, None
     if mid > lmid + 1:
@@ -187,14 +187,14 @@ def _apply(tx, client_id, mid, plan, user):
     code, reason = plan.code, plan.reason
     if code is None:
         try:
-            with transaction.atomic(using=tx.using):
+            with tx.savepoint():
                 plan.mutator.fn(tx, plan.args, user)
         except Exception as exc:
             if is_infrastructure_error(exc):
                 raise
             code, reason = classify(exc)
-    tx.execute(
-        f"INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES (%s, %s) "
+    tx.run(
+        f"INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES ({{ph}}, {{ph}}) "
         "ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id",
         [client_id, mid],
     )

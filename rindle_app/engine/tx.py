@@ -1,7 +1,12 @@
 """The transaction handle a write request (and a mutator) receives."""
 
+import itertools
+from contextlib import contextmanager
+
 from .errors import InvalidInput
 from .identifiers import quote
+
+_savepoint_ids = itertools.count(1)
 
 
 class Tx:
@@ -10,29 +15,73 @@ class Tx:
 
     Row helpers take table and column names that must be registered in the table
     map; values are always bound as parameters. ``execute``/``query`` run any SQL
-    with ``%s`` placeholders. The Django ORM used inside a request runs in the same
-    transaction too, since the writer thread owns the connection.
+    with ``%s`` placeholders through Django's cursor. The Django ORM used inside a
+    request runs in the same transaction too, since the writer thread owns the
+    connection. Row helpers and the engine's own statements use the driver's cursor
+    directly: they are generated here, so Django's per-statement rewriting and
+    logging would only cost time on the writer.
     """
 
-    __slots__ = ("_cursor", "_tables", "using")
+    __slots__ = ("_connection", "_cursor", "_raw", "_wrap", "_tables", "using", "_ph")
 
-    def __init__(self, cursor, tables, using):
-        self._cursor = cursor
+    def __init__(self, connection, raw_cursor, tables):
+        self._connection = connection
+        self._cursor = None
+        self._raw = raw_cursor
+        # Driver errors leave as django.db errors, as through Django's own cursor.
+        self._wrap = connection.wrap_database_errors
         self._tables = tables
-        self.using = using
+        self.using = connection.alias
+        self._ph = "?" if connection.vendor == "sqlite" else "%s"
+
+    @property
+    def cursor(self):
+        """A Django cursor on the writer connection (``%s`` placeholders)."""
+        if self._cursor is None:
+            self._cursor = self._connection.cursor()
+        return self._cursor
 
     # --- raw SQL ---------------------------------------------------------------
 
     def execute(self, sql, params=()):
         """Run one statement; return the number of rows it changed."""
-        self._cursor.execute(sql, params)
-        return self._cursor.rowcount
+        self.cursor.execute(sql, params)
+        return self.cursor.rowcount
 
     def query(self, sql, params=()):
         """Run one query; return its rows as dicts."""
-        self._cursor.execute(sql, params)
-        names = [d[0] for d in self._cursor.description]
-        return [dict(zip(names, row)) for row in self._cursor.fetchall()]
+        self.cursor.execute(sql, params)
+        names = [d[0] for d in self.cursor.description]
+        return [dict(zip(names, row)) for row in self.cursor.fetchall()]
+
+    def scalar(self, sql, params=()):
+        """Run generated SQL (``{ph}`` marks a parameter); return the first cell or None."""
+        with self._wrap:
+            self._raw.execute(sql.format(ph=self._ph), params)
+            row = self._raw.fetchone()
+        return row[0] if row else None
+
+    def run(self, sql, params=()):
+        """Run generated SQL (``{ph}`` marks a parameter); return the changed row count."""
+        with self._wrap:
+            self._raw.execute(sql.format(ph=self._ph), params)
+        return self._raw.rowcount
+
+    @contextmanager
+    def savepoint(self):
+        """All-or-nothing block inside the transaction: an exception rolls it back."""
+        name = f"rindle_sp_{next(_savepoint_ids)}"
+        with self._wrap:
+            self._raw.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            with self._wrap:
+                self._raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                self._raw.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        with self._wrap:
+            self._raw.execute(f"RELEASE SAVEPOINT {name}")
 
     # --- row helpers -------------------------------------------------------------
 
@@ -40,18 +89,22 @@ class Tx:
         """The row of ``table`` whose primary key is ``pk`` (a dict), or None."""
         t = self._tables.get(table)
         where, params = self._key(t, pk)
-        rows = self.query(f"SELECT * FROM {quote(table)} WHERE {where}", params)
-        return rows[0] if rows else None
+        with self._wrap:
+            self._raw.execute(f"SELECT * FROM {quote(table)} WHERE {where}", params)
+            row = self._raw.fetchone()
+        if row is None:
+            return None
+        return dict(zip([d[0] for d in self._raw.description], row))
 
     def insert(self, table, row):
         """Insert one full row; a duplicate key raises IntegrityError."""
         sql, params = self._insert_sql(table, row)
-        return self.execute(sql, params)
+        return self._exec(sql, params)
 
     def insert_ignore(self, table, row):
         """Insert one row unless its key exists; return 1 if inserted, else 0."""
         sql, params = self._insert_sql(table, row)
-        return self.execute(sql + " ON CONFLICT DO NOTHING", params)
+        return self._exec(sql + " ON CONFLICT DO NOTHING", params)
 
     def upsert(self, table, row):
         """Insert one row, or update the non-key columns of the existing one."""
@@ -64,7 +117,7 @@ class Tx:
             sql += f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
         else:
             sql += f" ON CONFLICT ({keys}) DO NOTHING"
-        return self.execute(sql, params)
+        return self._exec(sql, params)
 
     def update(self, table, pk, changes):
         """Set ``changes`` on the row keyed ``pk``; a missing row is a no-op (0)."""
@@ -73,8 +126,8 @@ class Tx:
         if not changes:
             return 0
         where, key_params = self._key(t, pk)
-        sets = ", ".join(f"{quote(c)} = %s" for c in changes)
-        return self.execute(
+        sets = ", ".join(f"{quote(c)} = {self._ph}" for c in changes)
+        return self._exec(
             f"UPDATE {quote(table)} SET {sets} WHERE {where}", [*changes.values(), *key_params]
         )
 
@@ -82,9 +135,14 @@ class Tx:
         """Delete the row keyed ``pk``; return 1 if it existed, else 0."""
         t = self._tables.get(table)
         where, params = self._key(t, pk)
-        return self.execute(f"DELETE FROM {quote(table)} WHERE {where}", params)
+        return self._exec(f"DELETE FROM {quote(table)} WHERE {where}", params)
 
     # --- internals -----------------------------------------------------------------
+
+    def _exec(self, sql, params):
+        with self._wrap:
+            self._raw.execute(sql, params)
+        return self._raw.rowcount
 
     def _insert_sql(self, table, row):
         t = self._tables.get(table)
@@ -92,7 +150,7 @@ class Tx:
         if not row:
             raise InvalidInput(f"empty row for table {table!r}", code="invalid_row")
         cols = ", ".join(quote(c) for c in row)
-        marks = ", ".join(["%s"] * len(row))
+        marks = ", ".join([self._ph] * len(row))
         return f"INSERT INTO {quote(table)} ({cols}) VALUES ({marks})", list(row.values())
 
     @staticmethod
@@ -105,11 +163,10 @@ class Tx:
                 f"unknown column(s) {unknown} in table {t.name!r}", code="unknown_column"
             )
 
-    @staticmethod
-    def _key(t, pk):
+    def _key(self, t, pk):
         if not isinstance(pk, dict) or set(pk) != set(t.primary_key):
             raise InvalidInput(
                 f"key for {t.name!r} must name exactly {list(t.primary_key)}", code="invalid_key"
             )
-        where = " AND ".join(f"{quote(c)} = %s" for c in t.primary_key)
+        where = " AND ".join(f"{quote(c)} = {self._ph}" for c in t.primary_key)
         return where, [pk[c] for c in t.primary_key]

@@ -1,0 +1,197 @@
+"""Read-only admin pages of rindle's bookkeeping tables."""
+
+from datetime import UTC, datetime
+
+from django.contrib import admin
+from django.contrib.admin.utils import display_for_field
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Max, Min
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils.functional import cached_property
+from django.utils.text import capfirst
+
+from . import models
+from .engine.registry import synced_models
+
+# The admin refuses to register models with a composite primary key; these get a
+# plain listing page hung off the room placement admin instead.
+COMPOSITE_KEY_MODELS = (
+    models.RoomClientMutation,
+    models.RoomMutationOutcome,
+    models.ScopeSession,
+)
+
+
+def epoch_ms(field, description):
+    """A list_display column showing a milliseconds-since-the-epoch field as a time."""
+
+    @admin.display(description=description, ordering=field)
+    def show(obj):
+        return datetime.fromtimestamp(getattr(obj, field) / 1000, UTC)
+
+    return show
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The engine owns these rows: operators may view them, never add, change or delete."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class OutboxPaginator(Paginator):
+    """
+    Pages the outbox without a COUNT(*) over all of it.
+
+    Unfiltered, the count is read off the ``seq`` range, two index lookups; gaps
+    left by rolled-back writes only make the last pages short. A filtered list is
+    counted exactly.
+    """
+
+    @cached_property
+    def count(self):
+        if self.object_list.query.where:
+            return super().count
+        bounds = self.object_list.aggregate(first=Min("seq"), last=Max("seq"))
+        return 0 if bounds["last"] is None else bounds["last"] - bounds["first"] + 1
+
+
+class OpFilter(admin.SimpleListFilter):
+    """Filters by operation from the fixed set, not a DISTINCT scan of the outbox."""
+
+    title = "op"
+    parameter_name = "op"
+
+    def lookups(self, request, model_admin):
+        return [(op, op) for op in ("add", "edit", "remove")]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(op=self.value()) if self.value() else queryset
+
+
+class TableFilter(admin.SimpleListFilter):
+    """Filters by the captured tables, not a DISTINCT scan of the outbox."""
+
+    title = "table"
+    parameter_name = "table"
+
+    def lookups(self, request, model_admin):
+        tables = ["_rindle_client_mutations", *(m._meta.db_table for m in synced_models())]
+        return [(table, table) for table in tables]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(table=self.value()) if self.value() else queryset
+
+
+@admin.register(models.ChangeEvent)
+class ChangeEventAdmin(ReadOnlyAdmin):
+    list_display = ("seq", "table", "op", "key", "txid")
+    list_filter = (TableFilter, OpFilter)
+    search_fields = ("seq",)
+    search_help_text = "Find an event by its seq."
+    ordering = ("-seq",)
+    paginator = OutboxPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # one COUNT per filter choice
+
+    def get_search_results(self, request, queryset, search_term):
+        # An exact seq is an index lookup; matching text would scan the whole outbox.
+        term = search_term.strip().lstrip("#")
+        if not term:
+            return queryset, False
+        if term.isdigit() and int(term) < 2**63:
+            return queryset.filter(seq=int(term)), False
+        return queryset.none(), False
+
+
+@admin.register(models.ClientMutation)
+class ClientMutationAdmin(ReadOnlyAdmin):
+    list_display = ("client_id", "last_mutation_id")
+    search_fields = ("client_id",)
+    ordering = ("client_id",)
+
+
+@admin.register(models.ProducerOffset)
+class ProducerOffsetAdmin(ReadOnlyAdmin):
+    list_display = ("producer", "seq", "digest")
+    search_fields = ("producer",)
+    ordering = ("producer",)
+
+
+@admin.register(models.SourceOffset)
+class SourceOffsetAdmin(ReadOnlyAdmin):
+    list_display = ("source", "offset", "chunk_seq", "run_id", "batch_hash")
+    search_fields = ("source", "run_id")
+    ordering = ("source",)
+
+
+@admin.register(models.AppliedDdl)
+class AppliedDdlAdmin(ReadOnlyAdmin):
+    list_display = ("key", epoch_ms("applied_at", "applied at"), "checksum")
+    search_fields = ("key",)
+    ordering = ("-applied_at",)
+
+
+@admin.register(models.SqlOutcome)
+class SqlOutcomeAdmin(ReadOnlyAdmin):
+    list_display = ("outcome_key", epoch_ms("expires_at", "expires at"))
+    search_fields = ("outcome_key",)
+    ordering = ("expires_at",)
+
+
+@admin.register(models.RoomWatermark)
+class RoomWatermarkAdmin(ReadOnlyAdmin):
+    list_display = ("doc", "flush_seq")
+    search_fields = ("doc",)
+    ordering = ("doc",)
+
+
+@admin.register(models.RoomPlacement)
+class RoomPlacementAdmin(ReadOnlyAdmin):
+    """Room placements, and the listings of the room tables keyed by several columns."""
+
+    list_display = ("doc", "epoch")
+    search_fields = ("doc",)
+    ordering = ("doc",)
+    list_per_page = 100
+
+    def get_urls(self):
+        listings = [
+            path(
+                f"{model._meta.model_name}/",
+                self.admin_site.admin_view(self.composite_list_view),
+                {"model": model},
+                name=f"{model._meta.app_label}_{model._meta.model_name}_changelist",
+            )
+            for model in COMPOSITE_KEY_MODELS
+        ]
+        return listings + super().get_urls()
+
+    def composite_list_view(self, request, model):
+        """A read-only table of ``model``'s rows in primary-key order, 100 a page."""
+        opts = model._meta
+        if not request.user.has_perm(f"{opts.app_label}.{get_permission_codename('view', opts)}"):
+            raise PermissionDenied
+        fields = opts.concrete_fields
+        rows = model._default_manager.order_by("pk").values_list(*(f.name for f in fields))
+        page = Paginator(rows, self.list_per_page).get_page(request.GET.get("p"))
+        empty = self.get_empty_value_display()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": capfirst(opts.verbose_name_plural),
+            "opts": opts,
+            "columns": [f.verbose_name for f in fields],
+            "rows": [[display_for_field(v, f, empty) for v, f in zip(row, fields)] for row in page],
+            "page": page,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/rindle_app/composite_list.html", context)
