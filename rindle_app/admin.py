@@ -108,7 +108,7 @@ class ChangeEventAdmin(ReadOnlyAdmin):
         term = search_term.strip().lstrip("#")
         if not term:
             return queryset, False
-        if term.isdigit() and int(term) < 2**63:
+        if term.isdecimal() and int(term) < 2**63:
             return queryset.filter(seq=int(term)), False
         return queryset.none(), False
 

@@ -11,7 +11,7 @@ from .conf import DEFAULTS
 @register()
 def check_settings(app_configs, **kwargs):
     errors = []
-    user = getattr(settings, "RINDLE", {}) or {}
+    user = getattr(settings, "RINDLE", {})
     if not isinstance(user, dict):
         return [Error("settings.RINDLE must be a dict.", id="rindle.E008")]
     for key in sorted(set(user) - set(DEFAULTS)):
@@ -23,7 +23,7 @@ def check_settings(app_configs, **kwargs):
             )
         )
     alias = user.get("DATABASE", DEFAULTS["DATABASE"])
-    db = settings.DATABASES.get(alias)
+    db = settings.DATABASES.get(alias) if isinstance(alias, str) else None
     if db is None:
         errors.append(
             Error(
@@ -42,10 +42,26 @@ def check_settings(app_configs, **kwargs):
                 id="rindle.E005",
             )
         )
-    for label in user.get("SYNCED_MODELS", []):
+    errors.extend(_check_synced_models(user.get("SYNCED_MODELS", [])))
+    errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
+    return errors
+
+
+def _check_synced_models(labels):
+    if not isinstance(labels, (list, tuple)):
+        return [
+            Error(
+                f"RINDLE['SYNCED_MODELS'] must be a list of 'app_label.ModelName', not {labels!r}.",
+                id="rindle.E006",
+            )
+        ]
+    errors = []
+    for label in labels:
         try:
+            if not isinstance(label, str):
+                raise TypeError(label)
             apps.get_model(label)
-        except (LookupError, ValueError):
+        except (LookupError, ValueError, TypeError):
             errors.append(
                 Error(
                     f"RINDLE['SYNCED_MODELS'] names an unknown model {label!r}.",
@@ -53,20 +69,32 @@ def check_settings(app_configs, **kwargs):
                     id="rindle.E006",
                 )
             )
-    adapter = user.get("ADAPTER", DEFAULTS["ADAPTER"])
+    return errors
+
+
+def _check_adapter(adapter):
+    from .adapter import RindleAdapter
+
     if isinstance(adapter, str):
         try:
-            import_string(adapter)
+            adapter = import_string(adapter)
         except ImportError as exc:
-            errors.append(Error(f"RINDLE['ADAPTER'] cannot be imported: {exc}", id="rindle.E007"))
-    return errors
+            return [Error(f"RINDLE['ADAPTER'] cannot be imported: {exc}", id="rindle.E007")]
+    if not (isinstance(adapter, type) and issubclass(adapter, RindleAdapter)):
+        return [
+            Error(
+                f"RINDLE['ADAPTER'] must be a RindleAdapter subclass, not {adapter!r}.",
+                id="rindle.E007",
+            )
+        ]
+    return []
 
 
 def _check_database(alias, db):
     engine = db.get("ENGINE", "")
-    if engine.endswith("postgresql"):
+    if engine.endswith(("postgresql", "postgis")):
         return []
-    if not engine.endswith("sqlite3"):
+    if not engine.endswith(("sqlite3", "spatialite")):
         return [
             Error(
                 f"Database {alias!r} uses {engine}; rindle supports SQLite and PostgreSQL.",
@@ -75,7 +103,7 @@ def _check_database(alias, db):
         ]
     errors = []
     name = str(db.get("NAME", ""))
-    if name == ":memory:" or "mode=memory" in name:
+    if name == ":memory:" or "mode=memory" in name or name.startswith("file::memory:"):
         errors.append(
             Error(
                 f"Database {alias!r} is an in-memory SQLite database.",
@@ -83,7 +111,7 @@ def _check_database(alias, db):
                 id="rindle.E003",
             )
         )
-    options = db.get("OPTIONS", {})
+    options = db.get("OPTIONS") or {}
     init = str(options.get("init_command", "")).replace(" ", "").lower()
     if "journal_mode=wal" not in init:
         errors.append(

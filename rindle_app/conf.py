@@ -45,7 +45,9 @@ class RindleSettings:
 
     @property
     def user_settings(self):
-        return getattr(settings, "RINDLE", {}) or {}
+        value = getattr(settings, "RINDLE", None)
+        # A malformed RINDLE falls back to the defaults; check rindle.E008 reports it.
+        return value if isinstance(value, dict) else {}
 
     def __getattr__(self, name):
         if name.startswith("_") or name not in DEFAULTS:

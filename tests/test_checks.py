@@ -1,0 +1,161 @@
+"""System checks catch each misconfiguration of rindle and pass the project's settings."""
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.test import override_settings
+
+from rindle_app.checks import check_settings
+
+# The checks only read settings.DATABASES; no connection is opened through the
+# overridden aliases, which is what Django's warning is about.
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
+
+WAL = "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL"
+
+
+def sqlite(name="/var/lib/rindle/db.sqlite3", **options):
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": name, "OPTIONS": options}
+
+
+def check_ids(**overrides):
+    """The ids rindle's checks report under ``overrides``."""
+    with override_settings(**overrides):
+        return [message.id for message in check_settings(None)]
+
+
+def with_database(db, **rindle):
+    """Overrides adding ``db`` as the alias rindle writes through."""
+    return {
+        "DATABASES": {**settings.DATABASES, "rindle": db},
+        "RINDLE": {**settings.RINDLE, **rindle, "DATABASE": "rindle"},
+    }
+
+
+def test_the_project_settings_pass_every_check():
+    """The host project's own settings raise no rindle error or warning."""
+    assert check_settings(None) == []
+    call_command("check", fail_level="WARNING")
+
+
+def test_a_well_configured_sqlite_database_passes():
+    """A file SQLite database in WAL mode with IMMEDIATE transactions passes."""
+    assert check_ids(**with_database(sqlite(init_command=WAL, transaction_mode="IMMEDIATE"))) == []
+
+
+def test_a_postgres_database_passes():
+    """A PostgreSQL database needs no further options."""
+    db = {"ENGINE": "django.db.backends.postgresql", "NAME": "rindle"}
+    assert check_ids(**with_database(db)) == []
+
+
+def test_an_unknown_database_alias_is_an_error():
+    """RINDLE['DATABASE'] must name an alias of DATABASES (rindle.E001)."""
+    assert check_ids(RINDLE={"DATABASE": "missing"}) == ["rindle.E001"]
+
+
+def test_an_unsupported_database_engine_is_an_error():
+    """Only SQLite and PostgreSQL are supported (rindle.E002)."""
+    db = {"ENGINE": "django.db.backends.mysql", "NAME": "rindle"}
+    assert check_ids(**with_database(db)) == ["rindle.E002"]
+
+
+@pytest.mark.parametrize("name", [":memory:", "file:rindle?mode=memory&cache=shared"])
+def test_an_in_memory_sqlite_database_is_an_error(name):
+    """The engine's writer thread needs a file, not an in-memory database (rindle.E003)."""
+    db = sqlite(name, init_command=WAL, transaction_mode="IMMEDIATE")
+    assert check_ids(**with_database(db)) == ["rindle.E003"]
+
+
+@pytest.mark.parametrize("init_command", [None, "PRAGMA synchronous=NORMAL"])
+def test_sqlite_without_wal_is_an_error(init_command):
+    """A SQLite database must switch to WAL in its init_command (rindle.E004)."""
+    options = {"transaction_mode": "IMMEDIATE"}
+    if init_command:
+        options["init_command"] = init_command
+    assert check_ids(**with_database(sqlite(**options))) == ["rindle.E004"]
+
+
+def test_wal_is_recognised_in_any_case_and_spacing():
+    """The WAL pragma is matched regardless of case and spaces."""
+    db = sqlite(init_command="pragma JOURNAL_MODE = wal", transaction_mode="immediate")
+    assert check_ids(**with_database(db)) == []
+
+
+@pytest.mark.parametrize("layers", [None, {}, {"other": {}}])
+def test_a_missing_default_channel_layer_is_an_error(layers):
+    """Live queries need a default channel layer to fan out (rindle.E005)."""
+    assert check_ids(CHANNEL_LAYERS=layers) == ["rindle.E005"]
+
+
+def test_an_unknown_synced_model_is_an_error():
+    """Each SYNCED_MODELS label must name an installed model (rindle.E006)."""
+    labels = ["demo.Issue", "demo.Nope", "nope.Issue", "no_dot"]
+    assert check_ids(RINDLE={"SYNCED_MODELS": labels}) == ["rindle.E006"] * 3
+
+
+@pytest.mark.parametrize("adapter", ["rindle_app.adapter.Nope", "no_such_module.Adapter", "x"])
+def test_an_adapter_that_cannot_be_imported_is_an_error(adapter):
+    """RINDLE['ADAPTER'] must be an importable dotted path (rindle.E007)."""
+    assert check_ids(RINDLE={"ADAPTER": adapter}) == ["rindle.E007"]
+
+
+@pytest.mark.parametrize("value", [["DATABASE"], "default", 1])
+def test_rindle_settings_that_are_not_a_dict_are_an_error(value):
+    """settings.RINDLE must be a dict, and nothing else is checked otherwise (rindle.E008)."""
+    assert check_ids(RINDLE=value) == ["rindle.E008"]
+
+
+def test_an_unknown_rindle_key_is_a_warning():
+    """A misspelt key in settings.RINDLE is reported, one warning each (rindle.W001)."""
+    ids = check_ids(RINDLE={"SYNCED_MODEL": [], "ADAPTR": "x", "DATABASE": "default"})
+    assert ids == ["rindle.W001", "rindle.W001"]
+
+
+def test_sqlite_with_deferred_transactions_is_a_warning():
+    """SQLite should take the write lock at BEGIN (rindle.W002)."""
+    assert check_ids(**with_database(sqlite(init_command=WAL))) == ["rindle.W002"]
+
+
+def test_every_problem_is_reported_at_once():
+    """Independent misconfigurations are all reported in one run."""
+    ids = check_ids(
+        CHANNEL_LAYERS={},
+        **with_database(
+            sqlite(":memory:"), SYNCED_MODELS=["demo.Nope"], ADAPTER="nope.A", COLOUR="blue"
+        ),
+    )
+    assert sorted(ids) == sorted(
+        ["rindle.W001", "rindle.E003", "rindle.E004", "rindle.W002"]
+        + ["rindle.E005", "rindle.E006", "rindle.E007"]
+    )
+
+
+def test_a_bare_string_of_synced_models_is_one_error_not_one_per_character():
+    """SYNCED_MODELS given as a string (or holding a non-string) is reported once per entry."""
+    assert check_ids(RINDLE={"SYNCED_MODELS": "demo.User"}) == ["rindle.E006"]
+    assert check_ids(RINDLE={"SYNCED_MODELS": [42]}) == ["rindle.E006"]
+
+
+def test_an_adapter_that_is_not_a_rindle_adapter_is_refused():
+    """An importable ADAPTER that is not a RindleAdapter subclass is rindle.E007."""
+    assert check_ids(RINDLE={"ADAPTER": "builtins.dict"}) == ["rindle.E007"]
+    assert check_ids(RINDLE={"ADAPTER": None}) == ["rindle.E007"]
+
+
+def test_gis_engines_count_as_their_vendor():
+    """PostGIS is PostgreSQL and SpatiaLite is SQLite for rindle's checks."""
+    postgis = {"ENGINE": "django.contrib.gis.db.backends.postgis", "NAME": "x"}
+    assert check_ids(**with_database(postgis)) == []
+    spatialite = sqlite(init_command=WAL, transaction_mode="IMMEDIATE")
+    spatialite["ENGINE"] = "django.contrib.gis.db.backends.spatialite"
+    assert check_ids(**with_database(spatialite)) == []
+
+
+def test_a_rindle_setting_that_is_not_a_dict_is_reported_not_crashing():
+    """RINDLE = [...] yields rindle.E008, and settings fall back to their defaults."""
+    from rindle_app.conf import rindle_settings
+
+    with override_settings(RINDLE=["oops"]):
+        assert [m.id for m in check_settings(None)] == ["rindle.E008"]
+        assert rindle_settings.MUTATORS_MODULE == "mutators"
