@@ -240,3 +240,19 @@ def test_malformed_envelope_is_refused_and_writes_nothing(engine, client_id, mid
     assert info.value.status == 400
     assert outbox_since(before) == []
     assert engine.client_lmid("c1") == 0
+
+
+@mutator("t_badSql")
+def bad_sql(tx, args, user):
+    tx.insert("user", {"id": "before-typo", "name": "x"})
+    tx.execute("SELECT * FROM no_such_table")
+
+
+def test_a_sql_mistake_in_a_mutator_is_a_rejection_on_every_backend(engine):
+    """A missing table in a mutator's SQL is deterministic: rejected, lmid advances."""
+    result = engine.mutate("c1", 1, "t_badSql", {})
+    assert result.status == "rejected"
+    assert result.code == "mutator_error"
+    assert "no_such_table" in result.reason
+    assert user_ids() == []
+    assert engine.client_lmid("c1") == 1

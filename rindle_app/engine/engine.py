@@ -29,9 +29,23 @@ logger = logging.getLogger("rindle.engine")
 _STOP = object()
 
 
+# SQLite primary result codes that mean the database, not the statement, failed:
+# BUSY, LOCKED, NOMEM, READONLY, INTERRUPT, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL.
+_SQLITE_INFRA_CODES = frozenset({5, 6, 7, 8, 9, 10, 11, 13, 14, 15})
+
+
 def is_infrastructure_error(exc):
-    """True for database failures that say nothing about the request itself."""
-    return isinstance(exc, (OperationalError, InterfaceError)) or type(exc) is DatabaseError
+    """
+    True for database failures that say nothing about the request itself.
+
+    SQLite reports a missing table or a syntax error as OperationalError too
+    (SQLITE_ERROR); those are deterministic, so only the result codes of a busy,
+    locked, full or failing database count as infrastructure.
+    """
+    if isinstance(exc, OperationalError):
+        code = getattr(exc.__cause__, "sqlite_errorcode", None)
+        return code is None or (code & 0xFF) in _SQLITE_INFRA_CODES
+    return isinstance(exc, InterfaceError) or type(exc) is DatabaseError
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,13 @@ class MutationGap(RindleError):
 
 
 class Unavailable(RindleError):
-    """The database could not complete the request; nothing was written; retry."""
+    """
+    The request could not complete now; retry it unchanged.
+
+    For a database failure nothing was written. For ``code="timeout"`` the request
+    is still queued and may commit later: a retried client mutation is absorbed by
+    its mid, but a plain ``engine.write`` retried after a timeout can run twice.
+    """
 
     code = "unavailable"
     status = 503
