@@ -59,10 +59,12 @@ class Commit:
 class _Request:
     """One queued write. ``_done`` is held until the writer finishes the request."""
 
-    __slots__ = ("fn", "_done", "value", "error", "cv")
+    __slots__ = ("fn", "fallback", "_done", "value", "error", "cv")
 
-    def __init__(self, fn):
+    def __init__(self, fn, fallback=None):
         self.fn = fn
+        # fallback(exc) -> a replacement fn, for when fn's own commit fails.
+        self.fallback = fallback
         # A bare lock is the cheapest one-shot signal between two threads.
         self._done = threading.Lock()
         self._done.acquire()
@@ -156,16 +158,23 @@ class Engine:
         Run ``fn(tx)`` in one transaction on the writer; return ``Commit(cv, value)``.
 
         An exception raised by ``fn`` rolls back its effects and is re-raised here.
-        A database failure raises ``Unavailable`` (retryable; nothing was written).
+        A database failure raises ``Unavailable`` (retryable; nothing was written;
+        see ``Unavailable`` for the one exception, a timeout).
         """
         return self.wait(self.submit(fn))
 
-    def submit(self, fn):
+    def submit(self, fn, fallback=None):
+        """
+        Queue ``fn(tx)``; ``wait()`` on the returned request for its ``Commit``.
+
+        ``fallback(exc)``, if given, is asked for a replacement of ``fn`` when the
+        commit of ``fn``'s transaction fails on its own account (not the database's).
+        """
         if self._closed or self._thread is None:
             raise EngineClosed("the rindle engine is not running")
         if self._queue.qsize() >= self._queue_max:
             raise Overloaded("the writer queue is full; retry later")
-        req = _Request(fn)
+        req = _Request(fn, fallback)
         self._queue.put(req)
         return req
 
@@ -244,7 +253,13 @@ class Engine:
                         stop = True
                         break
                     batch.append(nxt)
-                self._run_group(conn, batch)
+                try:
+                    self._run_group(conn, batch)
+                except Exception as exc:  # a bug here must not take the writer down
+                    logger.exception("rindle writer: unexpected failure")
+                    for req in batch:
+                        if not req.finished:
+                            req.finish(error=exc)
                 if stop:
                     return
         finally:
@@ -274,57 +289,70 @@ class Engine:
         self._raw = conn.connection.cursor()
 
     def _run_group(self, conn, batch):
+        """Commit ``batch`` together; isolate any request whose failure sinks the commit."""
         pending = batch
         while pending:
-            outcomes = []
-            culprit = None
-            try:
-                self._prepare(conn)
-                with transaction.atomic(using=self.using):
-                    tx = Tx(conn, self._raw, self.tables)
-                    solo = len(pending) == 1
-                    for req in pending:
-                        try:
-                            if solo:  # the transaction itself is the request's atomic unit
+            pending = self._attempt(conn, pending)
+
+    def _attempt(self, conn, pending):
+        """One transaction over ``pending``; returns the requests still to run."""
+        outcomes = []
+        culprit = None
+        solo = len(pending) == 1
+        try:
+            self._prepare(conn)
+            with transaction.atomic(using=self.using):
+                tx = Tx(conn, self._raw, self.tables)
+                if self.vendor == "postgresql":
+                    # Django declares foreign keys DEFERRABLE INITIALLY DEFERRED; checked
+                    # per statement, a violation fails inside its own request.
+                    tx.run("SET CONSTRAINTS ALL IMMEDIATE")
+                for req in pending:
+                    try:
+                        if solo:  # the transaction itself is the request's atomic unit
+                            outcomes.append((req, req.fn(tx), None))
+                        else:
+                            with tx.savepoint():
                                 outcomes.append((req, req.fn(tx), None))
-                            else:
-                                with tx.savepoint():
-                                    outcomes.append((req, req.fn(tx), None))
-                        except Exception as exc:
-                            if is_infrastructure_error(exc):
-                                culprit = req
-                                raise
-                            if solo:
-                                raise _Failed(exc) from exc
-                            outcomes.append((req, None, exc))
-                    cv = tx.scalar(f"SELECT COALESCE(MAX(seq), 0) FROM {capture.OUTBOX}")
-            except _Failed as failed:  # a lone request failed: its rollback is the txn's
-                pending[0].finish(error=failed.error)
-                return
-            except Exception as exc:
-                if not is_infrastructure_error(exc):
-                    raise  # pragma: no cover - only infrastructure errors escape
-                logger.warning("rindle writer: database error: %s", exc)
-                conn.close_if_unusable_or_obsolete()
-                error = Unavailable(f"database unavailable: {exc}")
-                if culprit is None:  # the commit itself failed: nothing landed
-                    for req in pending:
-                        req.finish(error=error)
-                    return
-                culprit.finish(error=error)
-                pending = [r for r in pending if r is not culprit]
-                continue
-            for req, value, exc in outcomes:
-                req.finish(value=value, error=exc, cv=cv)
-            return
+                    except Exception as exc:
+                        if solo or is_infrastructure_error(exc):
+                            culprit = req
+                            raise
+                        outcomes.append((req, None, exc))
+                cv = tx.scalar(f"SELECT COALESCE(MAX(seq), 0) FROM {capture.OUTBOX}")
+        except Exception as exc:
+            return self._recover(conn, pending, culprit, exc)
+        for req, value, exc in outcomes:
+            req.finish(value=value, error=exc, cv=cv)
+        return []
 
-
-class _Failed(Exception):
-    """Carries a lone request's own exception out of its rolled-back transaction."""
-
-    def __init__(self, error):
-        super().__init__(str(error))
-        self.error = error
+    def _recover(self, conn, pending, culprit, exc):
+        if is_infrastructure_error(exc):
+            logger.warning("rindle writer: database error: %s", exc)
+            conn.close_if_unusable_or_obsolete()
+            error = Unavailable(f"database unavailable: {exc}")
+            if culprit is None:  # the commit itself failed: nothing landed
+                for req in pending:
+                    req.finish(error=error)
+                return []
+            culprit.finish(error=error)
+            return [r for r in pending if r is not culprit]
+        if culprit is not None:  # a lone request raised: its rollback was the txn's
+            culprit.finish(error=exc)
+            return []
+        # The commit failed for a reason of the requests' own (SQLite checks deferred
+        # foreign keys at COMMIT): run each alone to find out whose it is.
+        if len(pending) > 1:
+            for req in pending:
+                self._run_group(conn, [req])
+            return []
+        (req,) = pending
+        fallback = req.fallback(exc) if req.fallback is not None else None
+        if fallback is None:
+            req.finish(error=exc)
+            return []
+        req.fn, req.fallback = fallback, None
+        return [req]
 
 
 def _sqlite_sync():

@@ -205,7 +205,17 @@ def mutate(engine, client_id, mid, name, args, user=None):
     """Apply one client mutation through ``engine``; return a ``MutationResult``."""
     validate_envelope(client_id, mid, name, args)
     plan = _plan(name, args, user)
-    commit = engine.write(lambda tx: _apply(tx, client_id, mid, plan, user))
+
+    def reject_on_commit_failure(exc):
+        # The mutator's effects broke the commit (a deferred constraint): they are
+        # gone with it, so record the rejection alone, lmid included.
+        code, reason = classify(exc)
+        return lambda tx: _apply(tx, client_id, mid, _Plan(code=code, reason=reason), user)
+
+    request = engine.submit(
+        lambda tx: _apply(tx, client_id, mid, plan, user), reject_on_commit_failure
+    )
+    commit = engine.wait(request)
     status, lmid, code, reason = commit.value
     return MutationResult(status, lmid, commit.cv, code, reason)
 

@@ -1,0 +1,295 @@
+"""
+The issue tracker's mutators, ported from the original's ``shared/app-def.ts``
+and its server-only overrides.
+
+Arguments are validated and normalized by the serializers below, so a mutator
+receives clean values. The acting user's id is ``user.username``; it never comes
+from the arguments. Gated writes (deleting an issue, editing a comment) from
+someone who may not make them are accepted and change nothing, like the
+original's owner-gated delete, so a client's optimistic state simply snaps back.
+"""
+
+from django.core.exceptions import PermissionDenied
+from rest_framework import serializers
+
+from rindle_app.engine import MutationRejected, mutator
+
+from .models import PRIORITIES, STATUSES
+
+TITLE_MAX = 180
+OWNER_MAX = 40
+TAG_MAX = 28
+BODY_MAX = 4000
+TAGS_PER_ISSUE = 8
+UNASSIGNED = "unassigned"
+
+
+# --- normalization -------------------------------------------------------------------
+
+
+def norm_title(value):
+    return value.strip()[:TITLE_MAX]
+
+
+def norm_owner(value):
+    return value.strip()[:OWNER_MAX] or UNASSIGNED
+
+
+def norm_tag(value):
+    return value.strip().lower()[:TAG_MAX]
+
+
+def norm_body(value):
+    return value[:BODY_MAX]
+
+
+class Normalized(serializers.CharField):
+    """A string field whose validated value is passed through ``normalize``."""
+
+    def __init__(self, normalize, **kwargs):
+        self.normalize = normalize
+        super().__init__(**kwargs)
+
+    def run_validation(self, data=serializers.empty):
+        value = super().run_validation(data)
+        return value if value is None else self.normalize(value)
+
+
+def Id():
+    return serializers.CharField(max_length=128, trim_whitespace=False)
+
+
+def Millis():
+    return serializers.FloatField(min_value=0)
+
+
+def Title():
+    return Normalized(norm_title)
+
+
+def Owner():
+    return Normalized(norm_owner, allow_blank=True)
+
+
+def TagName():
+    return Normalized(norm_tag)
+
+
+def Body(**kwargs):
+    return Normalized(norm_body, trim_whitespace=False, **kwargs)
+
+
+# --- arguments -------------------------------------------------------------------------
+
+
+class TagArgs(serializers.Serializer):
+    id = Id()
+    name = TagName()
+
+
+class CreateIssueArgs(serializers.Serializer):
+    id = Id()
+    title = Title()
+    status = serializers.ChoiceField(STATUSES)
+    priority = serializers.ChoiceField(PRIORITIES)
+    owner = Owner()
+    tags = TagArgs(many=True, default=list)
+    description = Body(allow_blank=True)
+    descriptionCommentId = Id()
+    createdAt = Millis()
+
+
+class EditTitleArgs(serializers.Serializer):
+    id = Id()
+    title = Title()
+    updatedAt = Millis()
+
+
+class SetStatusArgs(serializers.Serializer):
+    id = Id()
+    status = serializers.ChoiceField(STATUSES)
+    updatedAt = Millis()
+
+
+class SetPriorityArgs(serializers.Serializer):
+    id = Id()
+    priority = serializers.ChoiceField(PRIORITIES)
+    updatedAt = Millis()
+
+
+class SetOwnerArgs(serializers.Serializer):
+    id = Id()
+    owner = Owner()
+    updatedAt = Millis()
+
+
+class AddTagArgs(serializers.Serializer):
+    id = Id()
+    issueId = Id()
+    name = TagName()
+    updatedAt = Millis()
+
+
+class RemoveTagArgs(serializers.Serializer):
+    id = Id()
+    issueId = Id()
+    updatedAt = Millis()
+
+
+class AddCommentArgs(serializers.Serializer):
+    id = Id()
+    issueId = Id()
+    body = Body()
+    createdAt = Millis()
+
+
+class EditCommentArgs(serializers.Serializer):
+    id = Id()
+    body = Body(allow_blank=True)
+
+
+class DeleteIssueArgs(serializers.Serializer):
+    id = Id()
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def acting_user_id(user):
+    """The demo user id of the acting Django user; PermissionDenied if anonymous."""
+    if user is None or not user.is_authenticated:
+        raise PermissionDenied("sign in to do this")
+    return user.username
+
+
+def ensure_user(tx, user_id):
+    tx.insert_ignore("user", {"id": user_id, "name": user_id})
+
+
+def reject_spam(title):
+    if "spam" in title.lower():
+        raise MutationRejected("titles mentioning spam are not allowed", code="spam")
+
+
+def touch(tx, issue_id, changes, updated_at):
+    tx.update("issue", {"id": issue_id}, {**changes, "updatedAt": updated_at})
+
+
+def unique_tags(tags):
+    """The first ``TAGS_PER_ISSUE`` tags, dropping repeats of a (normalized) name."""
+    seen, kept = set(), []
+    for tag in tags:
+        if tag["name"] not in seen:
+            seen.add(tag["name"])
+            kept.append(tag)
+    return kept[:TAGS_PER_ISSUE]
+
+
+# --- mutators --------------------------------------------------------------------------
+
+
+@mutator("createIssue", args=CreateIssueArgs)
+def create_issue(tx, args, user):
+    author = acting_user_id(user)
+    reject_spam(args["title"])
+    ensure_user(tx, args["owner"])
+    ensure_user(tx, author)
+    issue_id, created = args["id"], args["createdAt"]
+    tx.insert(
+        "issue",
+        {
+            "id": issue_id,
+            "title": args["title"],
+            "status": args["status"],
+            "priority": args["priority"],
+            "ownerId": args["owner"],
+            "createdAt": created,
+            "updatedAt": created,
+        },
+    )
+    tx.insert(
+        "comment",
+        {
+            "id": args["descriptionCommentId"],
+            "issueId": issue_id,
+            "authorId": author,
+            "body": args["description"],
+            "createdAt": created,
+        },
+    )
+    for tag in unique_tags(args["tags"]):
+        tx.insert("tag", {"id": tag["id"], "issueId": issue_id, "name": tag["name"]})
+
+
+@mutator("editTitle", args=EditTitleArgs)
+def edit_title(tx, args, user):
+    reject_spam(args["title"])
+    touch(tx, args["id"], {"title": args["title"]}, args["updatedAt"])
+
+
+@mutator("setStatus", args=SetStatusArgs)
+def set_status(tx, args, user):
+    touch(tx, args["id"], {"status": args["status"]}, args["updatedAt"])
+
+
+@mutator("setPriority", args=SetPriorityArgs)
+def set_priority(tx, args, user):
+    touch(tx, args["id"], {"priority": args["priority"]}, args["updatedAt"])
+
+
+@mutator("setOwner", args=SetOwnerArgs)
+def set_owner(tx, args, user):
+    ensure_user(tx, args["owner"])
+    touch(tx, args["id"], {"ownerId": args["owner"]}, args["updatedAt"])
+
+
+@mutator("addTag", args=AddTagArgs)
+def add_tag(tx, args, user):
+    """Tag an existing issue, unless it already carries a tag of that name."""
+    issue_id, name = args["issueId"], args["name"]
+    tx.execute(
+        'INSERT INTO "tag" ("id", "issueId", "name") SELECT %s, %s, %s '
+        'WHERE EXISTS (SELECT 1 FROM "issue" WHERE "id" = %s) '
+        'AND NOT EXISTS (SELECT 1 FROM "tag" WHERE "issueId" = %s AND "name" = %s)',
+        [args["id"], issue_id, name, issue_id, issue_id, name],
+    )
+    touch(tx, issue_id, {}, args["updatedAt"])
+
+
+@mutator("removeTag", args=RemoveTagArgs)
+def remove_tag(tx, args, user):
+    tx.execute(
+        'DELETE FROM "tag" WHERE "id" = %s AND "issueId" = %s', [args["id"], args["issueId"]]
+    )
+    touch(tx, args["issueId"], {}, args["updatedAt"])
+
+
+@mutator("addComment", args=AddCommentArgs)
+def add_comment(tx, args, user):
+    """Comment on an existing issue as the acting user (a missing issue: no-op)."""
+    author = acting_user_id(user)
+    ensure_user(tx, author)
+    tx.execute(
+        'INSERT INTO "comment" ("id", "issueId", "authorId", "body", "createdAt") '
+        'SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM "issue" WHERE "id" = %s)',
+        [args["id"], args["issueId"], author, args["body"], args["createdAt"], args["issueId"]],
+    )
+
+
+@mutator("editComment", args=EditCommentArgs)
+def edit_comment(tx, args, user):
+    """Only the comment's author edits it; anyone else's edit changes nothing."""
+    tx.execute(
+        'UPDATE "comment" SET "body" = %s WHERE "id" = %s AND "authorId" = %s',
+        [args["body"], args["id"], acting_user_id(user)],
+    )
+
+
+@mutator("deleteIssue", args=DeleteIssueArgs)
+def delete_issue(tx, args, user):
+    """Only the owner deletes an issue, children first; anyone else's delete is a no-op."""
+    gate = [args["id"], acting_user_id(user)]
+    owned = 'SELECT "id" FROM "issue" WHERE "id" = %s AND "ownerId" = %s'
+    tx.execute(f'DELETE FROM "comment" WHERE "issueId" = ({owned})', gate)
+    tx.execute(f'DELETE FROM "tag" WHERE "issueId" = ({owned})', gate)
+    tx.execute('DELETE FROM "issue" WHERE "id" = %s AND "ownerId" = %s', gate)
