@@ -14,22 +14,17 @@ $BIN/ruff format --check .
 echo "== pass 1/2: SQLite (WAL) + in-memory channel layer"
 env -u DATABASE_URL -u REDIS_URL $BIN/python -m pytest "$@"
 
-if $BIN/python - "$PG_URL" "$REDIS" <<'PY'
-import socket, sys
-from urllib.parse import urlparse
-for url in sys.argv[1:]:
-    u = urlparse(url)
-    try:
-        socket.create_connection((u.hostname, u.port), timeout=3).close()
-    except OSError:
-        sys.exit(1)
-PY
-then
-  echo "== pass 2/2: PostgreSQL + Redis"
-  DATABASE_URL=$PG_URL REDIS_URL=$REDIS $BIN/python -m pytest "$@"
-elif [ "${CI:-}" = "true" ]; then
-  echo "PostgreSQL ($PG_URL) or Redis ($REDIS) is unreachable, and CI=true requires both" >&2
-  exit 1
-else
-  echo "!! pass 2/2 SKIPPED: PostgreSQL or Redis is unreachable (set CI=true to make this fail)" >&2
-fi
+status=0
+$BIN/python scripts/require_services.py "$PG_URL" "$REDIS" || status=$?
+case $status in
+  0)
+    echo "== pass 2/2: PostgreSQL + Redis"
+    DATABASE_URL=$PG_URL REDIS_URL=$REDIS $BIN/python -m pytest "$@"
+    ;;
+  2)
+    echo "!! pass 2/2 SKIPPED: PostgreSQL or Redis is unreachable (CI=true makes this fail)" >&2
+    ;;
+  *)
+    exit 1
+    ;;
+esac
