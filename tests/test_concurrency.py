@@ -156,10 +156,10 @@ class Gate:
         self.opened.wait(30)
 
     def wait_queued(self, n, timeout=10):
-        """Wait until ``n`` requests queue behind the gate (white-box: ``Engine._queue``)."""
+        """Wait until ``n`` requests queue behind the gate ."""
         deadline = time.monotonic() + timeout
-        while self.engine._queue.qsize() < n:
-            assert time.monotonic() < deadline, f"only {self.engine._queue.qsize()} queued"
+        while self.engine.queue_depth < n:
+            assert time.monotonic() < deadline, f"only {self.engine.queue_depth} queued"
             time.sleep(0.005)
 
     def open(self):

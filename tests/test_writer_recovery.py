@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, connection
 
 from rindle_app.engine import mutator
-from rindle_app.engine.engine import Engine
+from rindle_app.engine.writer import Writer
 
 
 @pytest.fixture
@@ -83,15 +83,15 @@ def test_one_bad_commit_in_a_group_does_not_sink_the_others(deferred_fk):
 def test_an_unexpected_failure_fails_its_requests_and_the_writer_goes_on(engine, monkeypatch):
     """A bug that escapes the transaction code fails that batch, not the whole engine."""
     calls = {"n": 0}
-    original = Engine._attempt
+    original = Writer._attempt
 
-    def broken_once(self, conn, pending):
+    def broken_once(self, pending):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("bug in the writer")
-        return original(self, conn, pending)
+        return original(self, pending)
 
-    monkeypatch.setattr(Engine, "_attempt", broken_once)
+    monkeypatch.setattr(Writer, "_attempt", broken_once)
     with pytest.raises(RuntimeError, match="bug in the writer"):
         engine.write(lambda tx: None)
     assert engine.write(lambda tx: 7).value == 7

@@ -3,7 +3,7 @@ The engine: the single writer, the table map, capture into the outbox and the
 write planes. Import from here; the submodules are implementation.
 """
 
-from .engine import Commit, Engine, get_engine, running_engine, shutdown
+from .engine import Engine, get_engine, running_engine, shutdown
 from .errors import (
     EngineClosed,
     InvalidInput,
@@ -15,6 +15,7 @@ from .errors import (
 )
 from .mutations import MutationRejected, MutationResult, mutator
 from .registry import synced
+from .writer import Commit
 
 __all__ = [
     "Commit",

@@ -19,8 +19,8 @@ from django.db import DataError, IntegrityError, connections
 
 from ..adapter import get_adapter
 from ..conf import rindle_settings
-from .engine import is_infrastructure_error
 from .errors import InvalidInput, MutationGap, RindleError
+from .writer import is_infrastructure_error
 
 LEDGER = "_rindle_client_mutations"
 MAX_CLIENT_ID_LENGTH = 255
@@ -170,12 +170,51 @@ def classify(exc):
     return "mutator_error", f"{type(exc).__name__}: {exc}"
 
 
+# On Postgres, engines of several processes may share the ledger: the read takes a
+# per-client advisory lock first, and both helpers save a round trip each. A
+# VOLATILE function's statements each take a fresh snapshot, so the read after the
+# lock sees the latest committed lmid even under READ COMMITTED.
+PG_LEDGER_FUNCTIONS = f"""
+CREATE OR REPLACE FUNCTION _rindle_lock_lmid(client text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(client, 0));
+    RETURN COALESCE(
+        (SELECT last_mutation_id FROM {LEDGER} WHERE client_id = client), 0);
+END $$;
+CREATE OR REPLACE FUNCTION _rindle_store_lmid(client text, mid bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES (client, mid)
+    ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id;
+    -- The ledger is captured: its outbox row is this transaction's last.
+    RETURN currval(pg_get_serial_sequence('_rindle_change_events', 'seq'));
+END $$;
+"""
+
+
+def install_ledger_functions(tx):
+    """Create (or refresh) the Postgres helpers of the ledger; nothing on SQLite."""
+    if tx.vendor == "postgresql":
+        tx.execute(PG_LEDGER_FUNCTIONS)
+
+
 def _read_lmid(tx, client_id):
-    if tx._ph == "%s":
-        # Engines of several processes may share one Postgres: serialize per client.
-        tx.scalar("SELECT pg_advisory_xact_lock(hashtextextended({ph}, 0))", [client_id])
+    if tx.vendor == "postgresql":
+        return tx.scalar("SELECT _rindle_lock_lmid({ph})", [client_id])
     lmid = tx.scalar(f"SELECT last_mutation_id FROM {LEDGER} WHERE client_id = {{ph}}", [client_id])
     return lmid or 0
+
+
+def _store_lmid(tx, client_id, mid):
+    if tx.vendor == "postgresql":
+        tx.cv = tx.scalar("SELECT _rindle_store_lmid({ph}, {ph})", [client_id, mid])
+        return
+    tx.run(
+        f"INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES ({{ph}}, {{ph}}) "
+        "ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id",
+        [client_id, mid],
+    )
 
 
 def _apply(tx, client_id, mid, plan, user):
@@ -185,7 +224,12 @@ def _apply(tx, client_id, mid, plan, user):
     if mid > lmid + 1:
         raise MutationGap(client_id, mid, lmid)
     code, reason = plan.code, plan.reason
-    if code is None:
+    if code is None and tx.solo:
+        # Alone in its transaction, a failing mutator sinks the transaction and the
+        # engine's fallback records the rejection in an lmid-only commit instead:
+        # the common, successful path pays for no savepoint.
+        plan.mutator.fn(tx, plan.args, user)
+    elif code is None:
         try:
             with tx.savepoint():
                 plan.mutator.fn(tx, plan.args, user)
@@ -193,11 +237,7 @@ def _apply(tx, client_id, mid, plan, user):
             if is_infrastructure_error(exc):
                 raise
             code, reason = classify(exc)
-    tx.run(
-        f"INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES ({{ph}}, {{ph}}) "
-        "ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id",
-        [client_id, mid],
-    )
+    _store_lmid(tx, client_id, mid)
     return ("applied" if code is None else "rejected"), mid, code, reason
 
 
@@ -206,16 +246,15 @@ def mutate(engine, client_id, mid, name, args, user=None):
     validate_envelope(client_id, mid, name, args)
     plan = _plan(name, args, user)
 
-    def reject_on_commit_failure(exc):
-        # The mutator's effects broke the commit (a deferred constraint): they are
-        # gone with it, so record the rejection alone, lmid included.
+    def record_rejection(exc):
+        # The mutator raised, or its effects broke the commit (a deferred
+        # constraint): its transaction is gone, so record the rejection alone.
+        if isinstance(exc, MutationGap) or is_infrastructure_error(exc):
+            return None
         code, reason = classify(exc)
         return lambda tx: _apply(tx, client_id, mid, _Plan(code=code, reason=reason), user)
 
-    request = engine.submit(
-        lambda tx: _apply(tx, client_id, mid, plan, user), reject_on_commit_failure
-    )
-    commit = engine.wait(request)
+    commit = engine.write(lambda tx: _apply(tx, client_id, mid, plan, user), record_rejection)
     status, lmid, code, reason = commit.value
     return MutationResult(status, lmid, commit.cv, code, reason)
 

@@ -22,10 +22,27 @@ class Tx:
     logging would only cost time on the writer.
     """
 
-    __slots__ = ("_connection", "_cursor", "_raw", "_wrap", "_tables", "using", "_ph")
+    __slots__ = (
+        "connection",
+        "_cursor",
+        "_raw",
+        "_wrap",
+        "_tables",
+        "using",
+        "vendor",
+        "_ph",
+        "solo",
+        "cv",
+    )
 
-    def __init__(self, connection, raw_cursor, tables):
-        self._connection = connection
+    def __init__(self, connection, raw_cursor, tables, solo=False):
+        self.connection = connection
+        self.vendor = connection.vendor
+        # A request that knows its transaction's last outbox seq may set it here,
+        # sparing the writer a query (read only when the request is alone).
+        self.cv = None
+        # True when this request has the transaction to itself (no savepoint around it).
+        self.solo = solo
         self._cursor = None
         self._raw = raw_cursor
         # Driver errors leave as django.db errors, as through Django's own cursor.
@@ -38,7 +55,7 @@ class Tx:
     def cursor(self):
         """A Django cursor on the writer connection (``%s`` placeholders)."""
         if self._cursor is None:
-            self._cursor = self._connection.cursor()
+            self._cursor = self.connection.cursor()
         return self._cursor
 
     # --- raw SQL ---------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Benchmarks of the rindle engine (run the modules as scripts; see bench/README.md)."""
