@@ -141,6 +141,8 @@ class Writer:
             raise InvalidInput("a write request cannot start another write", code="nested_write")
         if self._closed or self._thread is None:
             raise EngineClosed("the rindle engine is not running")
+        if self.vendor == "sqlite":
+            self._refuse_if_caller_holds_the_lock()
         if self._queue.qsize() == 0 and not _in_event_loop() and self._lock.acquire(False):
             self._holder = threading.get_ident()
             try:
@@ -153,6 +155,19 @@ class Writer:
             return self._result(req)
         self._enqueue(req)
         return self.wait(req)
+
+    def _refuse_if_caller_holds_the_lock(self):
+        # SQLite has one write lock per file. A caller inside its own IMMEDIATE
+        # transaction holds it, so the writer could only wait for the busy timeout.
+        own = next(
+            (c for c in connections.all(initialized_only=True) if c.alias == self.using), None
+        )
+        if own is not None and own.in_atomic_block and own.transaction_mode == "IMMEDIATE":
+            raise InvalidInput(
+                "this thread holds SQLite's write lock in its own transaction.atomic(); "
+                "call the engine outside it (e.g. not under ATOMIC_REQUESTS)",
+                code="caller_holds_write_lock",
+            )
 
     def submit(self, fn, fallback=None):
         """Queue ``fn(tx)`` for the writer thread; ``wait()`` on the returned request."""

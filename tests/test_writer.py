@@ -1,0 +1,102 @@
+"""The writer: inline for an uncontended caller, queued otherwise, one transaction each."""
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+from project.demo.models import User
+from rindle_app.engine import InvalidInput, MutationRejected, mutator
+
+
+@mutator("t_ormThenReject")
+def orm_then_reject(tx, args, user):
+    User.objects.create(id=args["id"], name="via ORM")
+    if args.get("reject"):
+        raise MutationRejected("no")
+
+
+def hold_writer(engine):
+    entered, release = threading.Event(), threading.Event()
+
+    def gate(tx):
+        entered.set()
+        release.wait(10)
+
+    request = engine.submit(gate)
+    assert entered.wait(10)
+    return release, request
+
+
+def test_orm_calls_in_an_inline_mutator_join_its_transaction(engine):
+    """The ORM inside a mutator writes in the mutation's transaction, rolled back with it."""
+    assert engine.mutate("c1", 1, "t_ormThenReject", {"id": "kept"}).status == "applied"
+    result = engine.mutate("c1", 2, "t_ormThenReject", {"id": "gone", "reject": True})
+    assert (result.status, result.lmid) == ("rejected", 2)
+    assert list(User.objects.values_list("id", flat=True)) == ["kept"]
+
+
+def test_orm_calls_in_a_queued_mutator_join_its_savepoint(engine):
+    """Queued behind another request, the same mutator is rolled back alone."""
+    release, gate = hold_writer(engine)
+    results = {}
+
+    def send(mid, args):
+        results[mid] = engine.mutate("c1", mid, "t_ormThenReject", args)
+
+    first = threading.Thread(target=send, args=(1, {"id": "a"}))
+    first.start()
+    while engine.queue_depth < 1:
+        pass
+    second = threading.Thread(target=send, args=(1, {"id": "b"}))  # a concurrent resend
+    second.start()
+    while engine.queue_depth < 2:
+        pass
+    release.set()
+    engine.wait(gate)
+    first.join(10)
+    second.join(10)
+    assert sorted(r.status for r in results.values()) in (["absorbed"], ["applied"])
+    assert list(User.objects.values_list("id", flat=True)) in (["a"], ["b"])
+
+
+def test_the_callers_own_connection_is_restored_after_an_inline_write(engine):
+    """After an inline write, the caller's thread has its own connection back."""
+    with connection.cursor():
+        pass
+    own = connections["default"]
+    engine.write(lambda tx: tx.insert("user", {"id": "u", "name": "x"}))
+    assert connections["default"] is own
+    assert own.in_atomic_block is False
+
+
+def test_a_write_commits_independently_of_the_callers_transaction(engine):
+    """On Postgres a write commits on the writer, whatever the caller's transaction does."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite: see test_a_caller_holding_sqlites_write_lock_is_told_at_once")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        engine.write(lambda tx: tx.insert("user", {"id": "committed", "name": "x"}))
+        raise RuntimeError("the caller's own transaction rolls back")
+    assert list(User.objects.values_list("id", flat=True)) == ["committed"]
+
+
+def test_a_caller_holding_sqlites_write_lock_is_told_at_once(engine):
+    """On SQLite a caller inside its own atomic() gets a clear error, not a lock timeout."""
+    if connection.vendor != "sqlite":
+        pytest.skip("only SQLite has a single write lock per database")
+    with transaction.atomic():
+        with pytest.raises(InvalidInput) as info:
+            engine.write(lambda tx: tx.insert("user", {"id": "u", "name": "x"}))
+    assert info.value.code == "caller_holds_write_lock"
+    assert User.objects.count() == 0
+
+
+def test_a_write_inside_a_write_is_refused(engine):
+    """A request may not start another write (it would wait for itself)."""
+
+    def nested(tx):
+        engine.write(lambda inner: None)
+
+    with pytest.raises(InvalidInput) as info:
+        engine.write(nested)
+    assert info.value.code == "nested_write"
