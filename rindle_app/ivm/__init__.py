@@ -1,0 +1,4 @@
+"""
+Live queries: the rindle AST, the value comparator, and the reference evaluator
+that every incremental operator is checked against.
+"""

@@ -1,0 +1,132 @@
+"""
+Value semantics of COMPARATOR_VERSION 2, shared by every operator and oracle.
+
+- null sorts first; ``=`` against null is false, ``IS`` is null-aware;
+- numbers (int and float, one domain) by IEEE-754 totalOrder: -NaN < -inf < ... < -0.0
+  < +0.0 < ... < +inf < NaN; integers beyond 2**53 keep their exact order;
+- false < true;
+- strings bytewise in UTF-8, which is code-point order (no collation);
+- anything else (JSON arrays/objects) by its canonical JSON text;
+- LIKE is case-sensitive with ``\\`` as escape; ILIKE folds ASCII only; a cell that is
+  not text (null included) matches neither LIKE nor NOT LIKE.
+"""
+
+import json
+import re
+import struct
+from functools import lru_cache
+
+COMPARATOR_VERSION = 2
+
+_NULL, _BOOL, _NUMBER, _STRING, _OTHER = range(5)
+_SIGN_MASK = 0x7FFFFFFFFFFFFFFF
+
+
+def _total_order(f):
+    bits = struct.unpack(">q", struct.pack(">d", f))[0]
+    # Negative doubles sort in reverse bit order: flip every bit but the sign.
+    return bits ^ ((bits >> 63) & _SIGN_MASK)
+
+
+def sort_key(value):
+    """A key whose Python ordering is the comparator's ordering of ``value``."""
+    if value is None:
+        return (_NULL,)
+    if value is True or value is False:
+        return (_BOOL, int(value))
+    if isinstance(value, int):
+        as_float = float(value)
+        # Beyond 2**53 the double rounds; the remainder keeps big integers exact.
+        return (_NUMBER, _total_order(as_float), value - int(as_float))
+    if isinstance(value, float):
+        return (_NUMBER, _total_order(value), 0)
+    if isinstance(value, str):
+        return (_STRING, value)
+    return (_OTHER, json.dumps(value, sort_keys=True, separators=(",", ":")))
+
+
+def compare(a, b):
+    """-1, 0 or 1: the order of two values."""
+    ka, kb = sort_key(a), sort_key(b)
+    return (ka > kb) - (ka < kb)
+
+
+def equal(a, b):
+    """SQL ``=``: false when either side is null."""
+    return a is not None and b is not None and sort_key(a) == sort_key(b)
+
+
+# --- LIKE ---------------------------------------------------------------------------
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold_ascii(text):
+    return text.translate(_ASCII_LOWER)
+
+
+@lru_cache(maxsize=1024)
+def _like_regex(pattern):
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def like(cell, pattern, *, fold=False):
+    """True when text ``cell`` matches ``pattern``; False for any non-text cell."""
+    if not isinstance(cell, str) or not isinstance(pattern, str):
+        return False
+    if fold:
+        cell, pattern = fold_ascii(cell), fold_ascii(pattern)
+    return _like_regex(pattern).fullmatch(cell) is not None
+
+
+# --- simple predicates --------------------------------------------------------------
+
+SIMPLE_OPS = frozenset(
+    ["=", "!=", "<", "<=", ">", ">=", "IS", "IS NOT", "LIKE", "NOT LIKE", "ILIKE", "NOT ILIKE"]
+    + ["IN", "NOT IN"]
+)
+
+
+def matches(op, cell, literal):
+    """Evaluate ``cell <op> literal`` with rindle's semantics (a bool, never null)."""
+    if op == "IS":
+        return sort_key(cell) == sort_key(literal)
+    if op == "IS NOT":
+        return sort_key(cell) != sort_key(literal)
+    if op in ("LIKE", "NOT LIKE", "ILIKE", "NOT ILIKE"):
+        if not isinstance(cell, str) or not isinstance(literal, str):
+            return False
+        hit = like(cell, literal, fold=op.endswith("ILIKE"))
+        return hit if not op.startswith("NOT") else not hit
+    if cell is None:
+        return False
+    if op == "IN":
+        return any(equal(cell, v) for v in literal)
+    if op == "NOT IN":
+        # As in SQL: a null in the list makes NOT IN unknown, hence false.
+        return all(v is not None and not equal(cell, v) for v in literal)
+    if literal is None:
+        return False
+    c = compare(cell, literal)
+    if op == "=":
+        return c == 0
+    if op == "!=":
+        return c != 0
+    if op == "<":
+        return c < 0
+    if op == "<=":
+        return c <= 0
+    if op == ">":
+        return c > 0
+    if op == ">=":
+        return c >= 0
+    raise ValueError(f"unknown operator {op!r}")

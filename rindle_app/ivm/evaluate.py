@@ -1,0 +1,108 @@
+"""
+The reference evaluator: a whole query evaluated from scratch over rows in memory.
+
+It is the plainest statement of rindle's query semantics, and the oracle the
+incremental operators and the SQL compiler are tested against; it is not meant to
+be fast. ``evaluate`` returns the view in the conformance fixtures' shape: a list
+of row objects (every column with explicit nulls, or only the ``select``ed ones)
+carrying each visible relationship under its alias (a list, an object or null for
+``one``, an integer for ``count``, a number or null for ``sum``/``avg``); a root
+``one`` query returns one object or None. ``render="snapshot"`` gives the SSR shape
+instead, cells nested under ``cols`` so no column can collide with an alias.
+"""
+
+from functools import cmp_to_key
+
+from .ast import And, Exists, Or, Simple
+from .compare import compare, equal, matches
+
+
+def evaluate(query, rows, schema, *, render="fixture"):
+    """The view of ``query`` over ``rows`` ({table: [row dict, ...]})."""
+    nodes = _Evaluator(rows, schema, render).level(query, rows.get(query.table, ()))
+    if query.one:
+        return nodes[0] if nodes else None
+    return nodes
+
+
+def compare_rows(order_by, a, b):
+    """-1, 0 or 1: the order of two rows under a (completed) ``orderBy``."""
+    for column, direction in order_by:
+        c = compare(a.get(column), b.get(column))
+        if c:
+            return c if direction == "asc" else -c
+    return 0
+
+
+class _Evaluator:
+    def __init__(self, rows, schema, render):
+        self.rows = rows
+        self.schema = schema
+        self.render = render
+
+    def select(self, query, candidates):
+        """The rows of one level: filtered, ordered, bounded by start and limit."""
+        kept = [r for r in candidates if self.holds(query.where, r)]
+        kept.sort(key=cmp_to_key(lambda a, b: compare_rows(query.order_by, a, b)))
+        if query.start is not None:
+            bound = dict(query.start.row)
+            floor = 1 if query.start.exclusive else 0
+            kept = [r for r in kept if compare_rows(query.order_by, r, bound) >= floor]
+        if query.limit is not None:
+            kept = kept[: query.limit]
+        return kept
+
+    def level(self, query, candidates):
+        return [self.node(query, row) for row in self.select(query, candidates)]
+
+    def children(self, related, parent):
+        keys = [parent.get(f) for f in related.parent_fields]
+        if any(k is None for k in keys):
+            return []
+        return [
+            child
+            for child in self.rows.get(related.subquery.table, ())
+            if all(equal(child.get(f), k) for f, k in zip(related.child_fields, keys, strict=True))
+        ]
+
+    def holds(self, condition, row):
+        if condition is None:
+            return True
+        if isinstance(condition, Simple):
+            return matches(condition.op, row.get(condition.column), condition.value)
+        if isinstance(condition, And):
+            return all(self.holds(c, row) for c in condition.conditions)
+        if isinstance(condition, Or):
+            return any(self.holds(c, row) for c in condition.conditions)
+        if isinstance(condition, Exists):
+            found = bool(
+                self.select(condition.related.subquery, self.children(condition.related, row))
+            )
+            return found != condition.negated
+        raise TypeError(f"not a condition: {condition!r}")
+
+    def node(self, query, row):
+        table = self.schema.get(query.table)
+        names = query.select if query.select is not None else [c.name for c in table.columns]
+        cells = {name: row.get(name) for name in names}
+        out = {"cols": cells} if self.render == "snapshot" else dict(cells)
+        for related in query.visible_related:
+            sub = related.subquery
+            kids = self.children(related, row)
+            if sub.aggregate is not None:
+                out[sub.alias] = self.aggregate(sub, kids)
+            else:
+                nodes = self.level(sub, kids)
+                out[sub.alias] = (nodes[0] if nodes else None) if sub.one else nodes
+        return out
+
+    def aggregate(self, sub, kids):
+        matching = [k for k in kids if self.holds(sub.where, k)]
+        if sub.aggregate == "count":
+            return len(matching)
+        fn, column = sub.aggregate
+        values = [k[column] for k in matching if k.get(column) is not None]
+        if not values:
+            return None
+        total = sum(values)
+        return total if fn == "sum" else total / len(values)

@@ -1,0 +1,111 @@
+"""
+The conformance fixtures of the original (``diff/*.json``): load one, run it, and
+say whether our view equals the recorded one.
+
+A fixture gives tables (``sources``), their rows (``sourceContents``), a query
+(``ast``) and, for ``push`` fixtures, row changes applied in order (``pushes``).
+``expected.data`` is the view after the last change. ``expected.pushes``, the
+original's change stream, is informative only: ours may differ, the view may not.
+"""
+
+import json
+from dataclasses import dataclass
+
+from ..engine.tables import Column, Table
+from .ast import QueryError, parse
+from .evaluate import evaluate
+
+
+class Schema(dict):
+    """Tables by name, as ``parse`` and ``evaluate`` read them."""
+
+    @classmethod
+    def from_sources(cls, sources):
+        schema = cls()
+        for name, spec in sources.items():
+            columns = tuple(
+                Column(col, info.get("type", "string"), bool(info.get("optional", False)))
+                for col, info in spec["columns"].items()
+            )
+            schema[name] = Table(name, columns, tuple(spec["primaryKeys"]))
+        return schema
+
+
+@dataclass
+class Outcome:
+    name: str
+    passed: bool
+    why: str = ""
+
+    def line(self):
+        return f"PASS {self.name}" if self.passed else f"FAIL {self.name}: {self.why}"
+
+
+def apply_push(rows, schema, table, change):
+    """Apply one fixture change (add / remove / edit) to the rows of ``table``."""
+    key = schema[table].primary_key
+    current = rows.setdefault(table, [])
+
+    def without(row):
+        wanted = [row.get(k) for k in key]
+        return [r for r in current if [r.get(k) for k in key] != wanted]
+
+    kind = change["type"]
+    if kind == "add":
+        current.append(dict(change["row"]))
+    elif kind == "remove":
+        current[:] = without(change["row"])
+    elif kind == "edit":
+        current[:] = without(change.get("oldRow", change["row"]))
+        current.append(dict(change["row"]))
+    else:
+        raise ValueError(f"unknown change type {kind!r}")
+
+
+def run_fixture(path):
+    """Run one fixture file; an ``Outcome`` says whether the final view matches."""
+    name = str(path).rsplit("/", 1)[-1].removesuffix(".json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            fixture = json.load(f)
+        spec = fixture["input"]
+        schema = Schema.from_sources(spec["sources"])
+        rows = {t: [dict(r) for r in spec.get("sourceContents", {}).get(t, [])] for t in schema}
+        query = parse(spec["ast"], schema)
+        for table, change in spec.get("pushes", []):
+            apply_push(rows, schema, table, change)
+        got = evaluate(query, rows, schema)
+    except QueryError as exc:
+        return Outcome(name, False, f"query refused: {exc}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Outcome(name, False, f"unreadable fixture: {type(exc).__name__}: {exc}")
+    expected = fixture.get("expected", {}).get("data")
+    if got == expected:
+        return Outcome(name, True)
+    return Outcome(name, False, first_difference(expected, got))
+
+
+def first_difference(expected, got, path="data"):
+    """A short description of where two JSON values first differ."""
+    if type(expected) is not type(got) and not (
+        isinstance(expected, (int, float)) and isinstance(got, (int, float))
+    ):
+        return f"{path}: expected {_short(expected)}, got {_short(got)}"
+    if isinstance(expected, list):
+        for i, (e, g) in enumerate(zip(expected, got, strict=False)):
+            if e != g:
+                return first_difference(e, g, f"{path}[{i}]")
+        return f"{path}: expected {len(expected)} rows, got {len(got)}"
+    if isinstance(expected, dict):
+        for k in sorted(set(expected) | set(got)):
+            if expected.get(k, _MISSING) != got.get(k, _MISSING):
+                return first_difference(expected.get(k), got.get(k), f"{path}.{k}")
+    return f"{path}: expected {_short(expected)}, got {_short(got)}"
+
+
+_MISSING = object()
+
+
+def _short(value):
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,67 @@
+"""The conformance fixtures run through ``manage.py rindle_fixture``, and it can fail."""
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parents[2] / "shared" / "conformance" / "diff"
+ORIGINAL = sorted(SHARED.glob("*.json"))
+OURS = sorted((HERE / "fixtures").glob("*.json"))
+
+
+def run(*files):
+    out = StringIO()
+    try:
+        call_command("rindle_fixture", *map(str, files), stdout=out)
+        status = 0
+    except SystemExit as exc:
+        status = exc.code
+    return status, out.getvalue().splitlines()
+
+
+def test_all_twenty_original_fixtures_pass():
+    """Every recorded fixture of the original gives the recorded view."""
+    assert len(ORIGINAL) == 20
+    status, lines = run(*ORIGINAL)
+    assert lines == [f"PASS {f.stem}" for f in ORIGINAL]
+    assert status == 0
+
+
+def test_our_own_fixtures_pass():
+    """Fixtures we wrote in the same format (count, one, select, gates) pass too."""
+    assert len(OURS) >= 3
+    status, lines = run(*OURS)
+    assert lines == [f"PASS {f.stem}" for f in OURS]
+    assert status == 0
+
+
+def test_a_wrong_expectation_fails_with_a_reason_and_exit_status_1(tmp_path):
+    """A fixture whose expected view is wrong prints FAIL with where it differs."""
+    fixture = json.loads(ORIGINAL[0].read_text())
+    fixture["expected"]["data"].append({"id": 999})
+    bad = tmp_path / "wrong.json"
+    bad.write_text(json.dumps(fixture))
+    status, lines = run(ORIGINAL[1], bad)
+    assert status == 1
+    assert lines[0].startswith("PASS ")
+    assert lines[1].startswith("FAIL wrong: data")
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("{", "unreadable fixture"),
+        ('{"input": {"sources": {}, "ast": {"table": "x"}}}', "query refused"),
+    ],
+)
+def test_a_broken_fixture_fails_cleanly(tmp_path, text, reason):
+    """Malformed JSON or an unknown table is a FAIL line, never a crash."""
+    bad = tmp_path / "broken.json"
+    bad.write_text(text)
+    status, lines = run(bad)
+    assert status == 1
+    assert lines[0].startswith(f"FAIL broken: {reason}")
