@@ -19,10 +19,28 @@ from .compare import compare, equal, matches
 
 def evaluate(query, rows, schema, *, render="fixture"):
     """The view of ``query`` over ``rows`` ({table: [row dict, ...]})."""
-    nodes = _Evaluator(rows, schema, render).level(query, rows.get(query.table, ()))
+    evaluator = Evaluator(ListSource(rows), schema, render)
+    nodes = evaluator.level(query, rows.get(query.table, ()))
     if query.one:
         return nodes[0] if nodes else None
     return nodes
+
+
+class ListSource:
+    """Rows as plain lists: every lookup is a scan (the oracle needs no more)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def children(self, related, parent):
+        keys = [parent.get(f) for f in related.parent_fields]
+        if any(k is None for k in keys):
+            return []
+        return [
+            child
+            for child in self.rows.get(related.subquery.table, ())
+            if all(equal(child.get(f), k) for f, k in zip(related.child_fields, keys, strict=True))
+        ]
 
 
 def compare_rows(order_by, a, b):
@@ -34,11 +52,15 @@ def compare_rows(order_by, a, b):
     return 0
 
 
-class _Evaluator:
-    def __init__(self, rows, schema, render):
-        self.rows = rows
+class Evaluator:
+    """Evaluates levels of a query over a source (``children(related, parent)``)."""
+
+    def __init__(self, source, schema, render="fixture"):
+        self.source = source
         self.schema = schema
         self.render = render
+        # Called with (table, row) for every row rendered: how views learn their footprint.
+        self.visit = None
 
     def select(self, query, candidates):
         """The rows of one level: filtered, ordered, bounded by start and limit."""
@@ -56,14 +78,7 @@ class _Evaluator:
         return [self.node(query, row) for row in self.select(query, candidates)]
 
     def children(self, related, parent):
-        keys = [parent.get(f) for f in related.parent_fields]
-        if any(k is None for k in keys):
-            return []
-        return [
-            child
-            for child in self.rows.get(related.subquery.table, ())
-            if all(equal(child.get(f), k) for f, k in zip(related.child_fields, keys, strict=True))
-        ]
+        return self.source.children(related, parent)
 
     def holds(self, condition, row):
         if condition is None:
@@ -82,6 +97,8 @@ class _Evaluator:
         raise TypeError(f"not a condition: {condition!r}")
 
     def node(self, query, row):
+        if self.visit is not None:
+            self.visit(query.table, row)
         table = self.schema.get(query.table)
         names = query.select if query.select is not None else [c.name for c in table.columns]
         cells = {name: row.get(name) for name in names}

@@ -79,6 +79,8 @@ def run_fixture(path):
         return Outcome(name, False, f"query refused: {exc}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return Outcome(name, False, f"unreadable fixture: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # a bug of ours is a FAIL line too, never a crash of the run
+        return Outcome(name, False, f"error: {type(exc).__name__}: {exc}")
     expected = fixture.get("expected", {}).get("data")
     if got == expected:
         return Outcome(name, True)

@@ -1,0 +1,141 @@
+"""
+The IVM's own copy of the synced tables, advanced only by applying committed
+changes in outbox order.
+
+Operators read it while processing commit V, and it holds exactly version V,
+whatever other processes have written to the database since (DESIGN §2, the
+version rule). Indexes are built on first use and kept in step by ``apply``: by
+primary key, by any column tuple (for correlation lookups), and in any order (for
+refilling a window from its bound).
+"""
+
+from sortedcontainers import SortedKeyList
+
+from .compare import sort_key
+
+
+class _Desc:
+    """Reverses the order of a sort key (for descending orderBy columns)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __lt__(self, other):
+        return other.key < self.key
+
+    def __eq__(self, other):
+        return self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+def order_key(order_by):
+    """A function row -> key whose ordering is ``order_by``'s (null first, per direction)."""
+    columns = tuple((c, d == "desc") for c, d in order_by)
+
+    def key(row):
+        return tuple(
+            _Desc(sort_key(row.get(c))) if desc else sort_key(row.get(c)) for c, desc in columns
+        )
+
+    return key
+
+
+def index_key(row, columns):
+    """The lookup key of ``row`` on ``columns``; None if any is null (null never correlates)."""
+    values = [row.get(c) for c in columns]
+    if any(v is None for v in values):
+        return None
+    return tuple(sort_key(v) for v in values)
+
+
+class MemoryStore:
+    """Rows of every registered table, by primary key, with derived indexes."""
+
+    def __init__(self, schema):
+        self.schema = schema
+        self._rows = {name: {} for name in schema}
+        self._lookups = {}  # (table, columns) -> {key: {pk: row}}
+        self._orders = {}  # (table, order_by) -> SortedKeyList of rows
+
+    # --- reading ----------------------------------------------------------------------
+
+    def pk(self, table, row):
+        return tuple(sort_key(row.get(c)) for c in self.schema.get(table).primary_key)
+
+    def rows(self, table):
+        return self._rows[table].values()
+
+    def get(self, table, pk):
+        return self._rows[table].get(pk)
+
+    def lookup(self, table, columns, key):
+        """Rows of ``table`` whose ``columns`` equal ``key`` (an ``index_key``)."""
+        if key is None:
+            return ()
+        index = self._lookups.get((table, columns))
+        if index is None:
+            index = {}
+            for pk, row in self._rows[table].items():
+                k = index_key(row, columns)
+                if k is not None:
+                    index.setdefault(k, {})[pk] = row
+            self._lookups[(table, columns)] = index
+        return tuple(index.get(key, {}).values())
+
+    def ordered(self, table, order_by):
+        """Every row of ``table`` in ``order_by`` order (a sorted list kept in step)."""
+        ordered = self._orders.get((table, order_by))
+        if ordered is None:
+            ordered = SortedKeyList(self._rows[table].values(), key=order_key(order_by))
+            self._orders[(table, order_by)] = ordered
+        return ordered
+
+    # --- writing ---------------------------------------------------------------------
+
+    def load(self, table, rows):
+        for row in rows:
+            self.apply(table, None, row)
+
+    def apply(self, table, old, new):
+        """Apply one change (old is None for an insert, new is None for a delete)."""
+        rows = self._rows[table]
+        if old is not None:
+            pk = self.pk(table, old)
+            stored = rows.pop(pk, None)
+            if stored is not None:
+                self._unindex(table, pk, stored)
+        if new is not None:
+            new = dict(new)
+            pk = self.pk(table, new)
+            stored = rows.pop(pk, None)
+            if stored is not None:  # an insert over an existing key replaces it
+                self._unindex(table, pk, stored)
+            rows[pk] = new
+            self._index(table, pk, new)
+
+    def _index(self, table, pk, row):
+        for (t, columns), index in self._lookups.items():
+            if t == table:
+                k = index_key(row, columns)
+                if k is not None:
+                    index.setdefault(k, {})[pk] = row
+        for (t, _), ordered in self._orders.items():
+            if t == table:
+                ordered.add(row)
+
+    def _unindex(self, table, pk, row):
+        for (t, columns), index in self._lookups.items():
+            if t == table:
+                k = index_key(row, columns)
+                bucket = index.get(k)
+                if bucket is not None:
+                    bucket.pop(pk, None)
+                    if not bucket:
+                        del index[k]
+        for (t, _), ordered in self._orders.items():
+            if t == table:
+                ordered.remove(row)

@@ -1,0 +1,229 @@
+"""
+A query's view, maintained across commits from the changed rows alone.
+
+After each commit, ``View.apply`` works out which root rows a change can affect at
+all: the changed row itself where the root reads its table, and, through the
+correlation indexes of the store, the parents of any affected row of a related or
+EXISTS subquery, level by level up to the root. Only those root rows are
+re-derived, with the reference evaluator's own semantics (so a view can never
+disagree with the oracle on meaning). A window (``limit``/``start``) keeps its
+bound: rows entering before the bound push the last ones out, and a window that
+lost members is refilled from the store's ordered index, once per commit.
+
+Each view keeps a footprint: every base row it shows, reference-counted by the
+paths that reach it, so a row reached twice is sent once and removed only when no
+path holds it. ``apply`` returns the footprint's change as table-tagged ops
+(``add``/``remove``/``edit``), the shape ``nbatch`` carries.
+"""
+
+from collections import Counter
+
+from sortedcontainers import SortedKeyList
+
+from .ast import And, Exists, Or
+from .evaluate import Evaluator, compare_rows
+from .store import index_key, order_key
+
+
+class StoreSource:
+    """Children by correlation index lookups on the store."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def children(self, related, parent):
+        key = index_key(parent, related.parent_fields)
+        return self.store.lookup(related.subquery.table, related.child_fields, key)
+
+
+class View:
+    """The maintained view of one normalized query over a ``MemoryStore``."""
+
+    def __init__(self, query, store):
+        self.query = query
+        self.store = store
+        self.evaluator = Evaluator(StoreSource(store), store.schema)
+        self._key = order_key(query.order_by)
+        self._members = SortedKeyList(key=self._key)  # root rows in view order
+        self._roots = {}  # root pk -> (row, node, footprint rows)
+        self.footprint = Counter()  # (table, pk) -> paths reaching the row
+        self._images = {}  # (table, pk) -> row as last shown
+        self._bound = None
+        if query.start is not None:
+            self._bound = (order_key(query.order_by)(dict(query.start.row)), query.start.exclusive)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def result(self):
+        """The view in the reference evaluator's shape."""
+        nodes = [self._roots[self.store.pk(self.query.table, r)][1] for r in self._members]
+        if self.query.one:
+            return nodes[0] if nodes else None
+        return nodes
+
+    def footprint_rows(self):
+        """Every (table, row) the view shows, once each: a late subscriber's seq 0."""
+        return [(table, self._images[(table, pk)]) for table, pk in sorted(self.footprint)]
+
+    # --- maintenance -----------------------------------------------------------------
+
+    def hydrate(self):
+        """Build the view from the store; returns the footprint as add ops."""
+        touched = {}
+        for row in self._scan(after=None, need=self.query.limit):
+            self._admit(row, touched)
+        return self._ops(touched)
+
+    def apply(self, changes):
+        """
+        Bring the view up to date with ``changes`` ((table, old, new) triples that the
+        store has already applied); returns the footprint ops of this commit.
+        """
+        affected = set()
+        for table, old, new in changes:
+            affected.update(self._affected(self.query, table, old, new))
+        if not affected:
+            return []
+        q, touched = self.query, {}
+        limit = q.limit
+        full = limit is not None and len(self._members) >= limit
+        last = self._key(self._members[-1]) if full and self._members else None
+        for pk in affected:
+            if pk in self._roots:
+                self._evict(pk, touched)
+        candidates = []
+        for pk in affected:
+            row = self.store.get(q.table, pk)
+            if row is not None and self._qualifies(row):
+                candidates.append(row)
+        if last is not None:
+            # Rows outside the old window all sort after its last row: a candidate past
+            # that point may not be next, so the store refills the window from there.
+            for row in candidates:
+                if not self._key(row) > last:
+                    self._admit(row, touched)
+            if len(self._members) < limit:
+                for row in self._scan(after=last, need=limit - len(self._members)):
+                    self._admit(row, touched)
+        else:
+            for row in candidates:
+                self._admit(row, touched)
+        while limit is not None and len(self._members) > limit:
+            self._evict(self.store.pk(q.table, self._members[-1]), touched)
+        return self._ops(touched)
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _qualifies(self, row):
+        if not self.evaluator.holds(self.query.where, row):
+            return False
+        if self._bound is None:
+            return True
+        key, exclusive = self._bound
+        k = self._key(row)
+        return k > key if exclusive else not k < key
+
+    def _scan(self, after, need):
+        """Qualifying root rows in order, strictly after ``after`` (a key), at most ``need``."""
+        if need == 0:
+            return
+        ordered = self.store.ordered(self.query.table, self.query.order_by)
+        start, inclusive = None, True
+        if self._bound is not None:
+            start, inclusive = self._bound[0], not self._bound[1]
+        if after is not None and (start is None or not after < start):
+            start, inclusive = after, False
+        if start is None:
+            rows = ordered
+        else:
+            rows = ordered.irange_key(start, inclusive=(inclusive, True))
+        found = 0
+        for row in rows:
+            if self.evaluator.holds(self.query.where, row):
+                yield row
+                found += 1
+                if need is not None and found >= need:
+                    return
+
+    def _admit(self, row, touched):
+        shown = []
+        self.evaluator.visit = lambda table, r: shown.append((table, r))
+        try:
+            node = self.evaluator.node(self.query, row)
+        finally:
+            self.evaluator.visit = None
+        pk = self.store.pk(self.query.table, row)
+        self._members.add(row)
+        self._roots[pk] = (row, node, shown)
+        for table, r in shown:
+            key = (table, self.store.pk(table, r))
+            self._touch(key, touched)
+            self.footprint[key] += 1
+            self._images[key] = r
+
+    def _evict(self, pk, touched):
+        row, _node, shown = self._roots.pop(pk)
+        self._members.remove(row)
+        for table, r in shown:
+            key = (table, self.store.pk(table, r))
+            self._touch(key, touched)
+            self.footprint[key] -= 1
+            if not self.footprint[key]:
+                del self.footprint[key]
+
+    def _touch(self, key, touched):
+        if key not in touched:
+            touched[key] = self._images.get(key) if self.footprint.get(key) else None
+
+    def _ops(self, touched):
+        ops = []
+        for (table, pk), before in touched.items():
+            after = self._images.get((table, pk)) if self.footprint.get((table, pk)) else None
+            if after is None:
+                self._images.pop((table, pk), None)
+                if before is not None:
+                    ops.append({"table": table, "op": "remove", "row": before})
+            elif before is None:
+                ops.append({"table": table, "op": "add", "row": after})
+            elif before != after:
+                ops.append({"table": table, "op": "edit", "old": before, "new": after})
+        ops.sort(key=lambda o: (o["op"] != "remove", o["table"]))
+        return ops
+
+    def _affected(self, q, table, old, new):
+        """
+        Rows of ``q``'s table whose place or subtree a change of ``table`` may alter,
+        as {pk: [row versions]}: both versions of a changed row, since a child that
+        moved between parents affects the one it left as well as the one it joined.
+        """
+        out = {}
+        if q.table == table:
+            for r in (old, new):
+                if r is not None:
+                    out.setdefault(self.store.pk(table, r), []).append(r)
+        for related in _child_relations(q):
+            below = self._affected(related.subquery, table, old, new)
+            for versions in below.values():
+                for version in versions:
+                    key = index_key(version, related.child_fields)
+                    for parent in self.store.lookup(q.table, related.parent_fields, key):
+                        out.setdefault(self.store.pk(q.table, parent), []).append(parent)
+        return out
+
+
+def _child_relations(q):
+    """Every subquery whose rows can change ``q``'s rows: related and EXISTS alike."""
+    found = list(q.visible_related)
+
+    def walk(condition):
+        if isinstance(condition, Exists):
+            found.append(condition.related)
+        elif isinstance(condition, (And, Or)):
+            for c in condition.conditions:
+                walk(c)
+
+    walk(q.where)
+    return found
+
+
+__all__ = ["StoreSource", "View", "compare_rows"]
