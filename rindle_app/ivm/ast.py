@@ -368,6 +368,21 @@ class _Parser:
         raise QueryError("a literal is null, a boolean, a number or a string", path=path)
 
 
+def subqueries(query):
+    """The related (visible) and EXISTS subqueries directly below ``query``."""
+    found = list(query.visible_related)
+
+    def walk(condition):
+        if isinstance(condition, Exists):
+            found.append(condition.related)
+        elif isinstance(condition, (And, Or)):
+            for c in condition.conditions:
+                walk(c)
+
+    walk(query.where)
+    return found
+
+
 def _replace(query, **changes):
     from dataclasses import replace
 

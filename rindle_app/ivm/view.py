@@ -20,7 +20,7 @@ from collections import Counter
 
 from sortedcontainers import SortedKeyList
 
-from .ast import And, Exists, Or
+from .ast import subqueries
 from .evaluate import Evaluator, compare_rows
 from .store import index_key, order_key
 
@@ -201,7 +201,7 @@ class View:
             for r in (old, new):
                 if r is not None:
                     out.setdefault(self.store.pk(table, r), []).append(r)
-        for related in _child_relations(q):
+        for related in subqueries(q):
             below = self._affected(related.subquery, table, old, new)
             for versions in below.values():
                 for version in versions:
@@ -209,21 +209,6 @@ class View:
                     for parent in self.store.lookup(q.table, related.parent_fields, key):
                         out.setdefault(self.store.pk(q.table, parent), []).append(parent)
         return out
-
-
-def _child_relations(q):
-    """Every subquery whose rows can change ``q``'s rows: related and EXISTS alike."""
-    found = list(q.visible_related)
-
-    def walk(condition):
-        if isinstance(condition, Exists):
-            found.append(condition.related)
-        elif isinstance(condition, (And, Or)):
-            for c in condition.conditions:
-                walk(c)
-
-    walk(q.where)
-    return found
 
 
 __all__ = ["StoreSource", "View", "compare_rows"]

@@ -1,0 +1,266 @@
+"""
+Every live query of one process over one store: shared queries, families,
+subscribers, and the routing that sends a commit only to the views it can affect.
+
+- A **shared query** is one maintained view per canonical AST, however many
+  subscribers attach; a late subscriber's seq 0 is the view's footprint, not a
+  re-query.
+- A **family** is a template with one parameter compared for equality on a root
+  column (``{"type": "parameter"}`` in place of the literal); each binding is a
+  partition, found through an index on the binding value, never by testing every
+  binding.
+- **Routing**: a change reaches only views that read its table; for the root table,
+  views guarded by ``column = literal`` are looked up by the row's value.
+- **Fault isolation**: an exception while maintaining one view faults that query
+  alone (its subscribers are told, retryably); the others go on.
+"""
+
+import copy
+import logging
+from dataclasses import dataclass, field
+
+from .ast import And, Simple, parse, query_key, subqueries
+from .evaluate import Evaluator
+from .store import MemoryStore, index_key
+from .view import StoreSource, View
+
+logger = logging.getLogger("rindle.ivm")
+
+
+@dataclass
+class Fault:
+    """A query that failed while being maintained; its subscribers must re-subscribe."""
+
+    key: str
+    subscribers: list
+    message: str
+    retryable: bool = True
+
+
+@dataclass
+class SharedQuery:
+    key: str
+    query: object
+    view: View
+    subscribers: set = field(default_factory=set)
+    guard: tuple = None  # (column, index key) of a root equality, or None
+    tables: frozenset = frozenset()
+
+
+class FamilyTemplate:
+    """A query AST with one parameter: ``{"type": "parameter"}`` as a literal's place."""
+
+    def __init__(self, ast):
+        self.ast = ast
+        self.column = _parameter_column(ast)
+
+    def instantiate(self, binding):
+        """The concrete member AST for ``binding``."""
+        ast = copy.deepcopy(self.ast)
+        _bind(ast.get("where"), binding)
+        return ast
+
+
+class Catalog:
+    """Live queries over a ``MemoryStore`` of ``schema``'s tables."""
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.store = MemoryStore(schema)
+        self.version = 0
+        self.queries = {}  # key -> SharedQuery
+        self._by_sub = {}  # subscriber -> key
+        self._by_table = {}  # table -> {key}: unguarded views reading the table
+        self._guarded = {}  # (table, column) -> {value key: {key}}
+        self.families = {}  # family id -> {binding key: query key}
+
+    # --- the store -----------------------------------------------------------------
+
+    def load(self, version, rows):
+        """Fill the store with a snapshot taken at ``version`` ({table: [rows]})."""
+        for table, table_rows in rows.items():
+            self.store.load(table, table_rows)
+        self.version = version
+
+    def commit(self, version, changes):
+        """
+        Apply one commit ((table, old, new) triples) at ``version``; returns
+        ({query key: ops}, [Fault]) for the views it changed or broke.
+        """
+        if version <= self.version:
+            return {}, []  # already applied: a replayed tail never doubles a change
+        for table, old, new in changes:
+            self.store.apply(table, old, new)
+        self.version = version
+        outputs, faults = {}, []
+        for key in self._route(changes):
+            shared = self.queries[key]
+            try:
+                ops = shared.view.apply(changes)
+            except Exception as exc:  # one query's failure must not stop the others
+                logger.exception("rindle ivm: query %s faulted", key)
+                faults.append(self._fault(key, exc))
+                continue
+            if ops:
+                outputs[key] = ops
+        return outputs, faults
+
+    # --- shared queries ------------------------------------------------------------
+
+    def register(self, ast):
+        """Register (or find) the shared query of ``ast``; returns it, hydrated."""
+        query = parse(ast, self.schema)
+        key = query_key(query)
+        shared = self.queries.get(key)
+        if shared is None:
+            view = View(query, self.store)
+            view.hydrate()
+            shared = SharedQuery(key, query, view, guard=_guard(query), tables=_tables(query))
+            self.queries[key] = shared
+            self._index(shared)
+        return shared
+
+    def attach(self, key, subscriber):
+        """Attach a subscriber; returns its seq-0 ops (the footprint, as adds)."""
+        shared = self.queries[key]
+        shared.subscribers.add(subscriber)
+        self._by_sub[subscriber] = key
+        return [{"table": t, "op": "add", "row": r} for t, r in shared.view.footprint_rows()]
+
+    def detach(self, subscriber):
+        """Detach one subscriber; the query and its peers keep running."""
+        key = self._by_sub.pop(subscriber, None)
+        if key is not None and key in self.queries:
+            self.queries[key].subscribers.discard(subscriber)
+
+    def destroy(self, key):
+        """Tear a query down, dropping every subscriber still on it."""
+        shared = self.queries.pop(key, None)
+        if shared is None:
+            return
+        for sub in shared.subscribers:
+            self._by_sub.pop(sub, None)
+        self._unindex(shared)
+
+    def snapshot(self, key):
+        """The query's current rows in the SSR shape ``{cols: {...}, <alias>: ...}``."""
+        shared = self.queries.get(key)
+        if shared is None:
+            return []
+        evaluator = Evaluator(StoreSource(self.store), self.schema, render="snapshot")
+        members = list(shared.view._members)
+        nodes = [evaluator.node(shared.query, row) for row in members]
+        if shared.query.one:
+            return nodes[0] if nodes else None
+        return nodes
+
+    # --- families ------------------------------------------------------------------
+
+    def bind(self, family, template, binding):
+        """Bind one partition of ``family``: hydrates only that partition."""
+        shared = self.register(template.instantiate(binding))
+        self.families.setdefault(family, {})[_value_key(binding)] = shared.key
+        return shared
+
+    def unbind(self, family, binding):
+        """Drop one partition (faulting nothing: its subscribers are detached)."""
+        key = self.families.get(family, {}).pop(_value_key(binding), None)
+        if key is not None:
+            self.destroy(key)
+        return key is not None
+
+    def partition(self, family, binding):
+        key = self.families.get(family, {}).get(_value_key(binding))
+        return self.queries.get(key) if key else None
+
+    # --- routing -------------------------------------------------------------------
+
+    def _index(self, shared):
+        root = shared.query.table
+        for table in shared.tables:
+            if table == root and shared.guard is not None:
+                column, value = shared.guard
+                by_value = self._guarded.setdefault((root, column), {})
+                by_value.setdefault(value, set()).add(shared.key)
+            else:
+                self._by_table.setdefault(table, set()).add(shared.key)
+
+    def _unindex(self, shared):
+        for keys in self._by_table.values():
+            keys.discard(shared.key)
+        for by_value in self._guarded.values():
+            for keys in by_value.values():
+                keys.discard(shared.key)
+
+    def _route(self, changes):
+        """The views a commit can affect, found by table and by guard value."""
+        keys = set()
+        for table, old, new in changes:
+            keys |= self._by_table.get(table, set())
+            for (t, column), by_value in self._guarded.items():
+                if t != table:
+                    continue
+                for row in (old, new):
+                    if row is not None:
+                        keys |= by_value.get(index_key(row, (column,)), set())
+        return [k for k in keys if k in self.queries]
+
+    def _fault(self, key, exc):
+        shared = self.queries[key]
+        fault = Fault(key, sorted(shared.subscribers, key=str), f"{type(exc).__name__}: {exc}")
+        self.destroy(key)
+        return fault
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _value_key(value):
+    return index_key({"v": value}, ("v",))
+
+
+def _guard(query):
+    """
+    A root ``column = literal`` that every result row must satisfy, if any. None when
+    the root table is read again below the root (a self-join): then a row failing the
+    guard can still change a guarded row's subtree.
+    """
+    below = set()
+    for related in subqueries(query):
+        below |= _tables(related.subquery)
+    if query.table in below:
+        return None
+    conditions = query.where.conditions if isinstance(query.where, And) else (query.where,)
+    for c in conditions:
+        if isinstance(c, Simple) and c.op == "=" and c.value is not None:
+            return (c.column, _value_key(c.value))
+    return None
+
+
+def _tables(query):
+    """Every table whose rows can change the view of ``query``."""
+    found = {query.table}
+    for related in subqueries(query):
+        found |= _tables(related.subquery)
+    return frozenset(found)
+
+
+def _parameter_column(ast):
+    where = ast.get("where")
+    parts = where.get("conditions", []) if where and where.get("type") == "and" else [where]
+    for c in parts:
+        if c and c.get("type") == "simple" and c.get("right", {}).get("type") == "parameter":
+            if c.get("op") != "=":
+                raise ValueError("a family parameter must be compared with =")
+            return c["left"]["name"]
+    raise ValueError("a family template needs a root `column = parameter` condition")
+
+
+def _bind(condition, binding):
+    if not condition:
+        return
+    if condition.get("type") in ("and", "or"):
+        for c in condition["conditions"]:
+            _bind(c, binding)
+    elif condition.get("type") == "simple" and condition["right"].get("type") == "parameter":
+        condition["right"] = {"type": "literal", "value": binding}
