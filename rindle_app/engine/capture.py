@@ -54,7 +54,8 @@ def _sqlite_value(ref, column):
     )
 
 
-def _sqlite_image(alias, table):
+def sqlite_image(alias, table):
+    """SQL rendering row ``alias`` of ``table`` as the JSON image capture records."""
     parts = ", ".join(
         f"'{c.name}', {_sqlite_value(f'{alias}.{quote(c.name)}', c)}" for c in table.columns
     )
@@ -78,17 +79,17 @@ def sqlite_trigger_sql(table):
         "add": (
             f"CREATE TRIGGER {quote(names['add'])} AFTER INSERT ON {t} BEGIN "
             f"{insert} (NULL, '{lit}', 'add', {_sqlite_key('NEW', table)}, NULL, "
-            f"{_sqlite_image('NEW', table)}); END"
+            f"{sqlite_image('NEW', table)}); END"
         ),
         "edit": (
             f"CREATE TRIGGER {quote(names['edit'])} AFTER UPDATE ON {t} WHEN {changed} BEGIN "
             f"{insert} (NULL, '{lit}', 'edit', {_sqlite_key('OLD', table)}, "
-            f"{_sqlite_image('OLD', table)}, {_sqlite_image('NEW', table)}); END"
+            f"{sqlite_image('OLD', table)}, {sqlite_image('NEW', table)}); END"
         ),
         "remove": (
             f"CREATE TRIGGER {quote(names['remove'])} AFTER DELETE ON {t} BEGIN "
             f"{insert} (NULL, '{lit}', 'remove', {_sqlite_key('OLD', table)}, "
-            f"{_sqlite_image('OLD', table)}, NULL); END"
+            f"{sqlite_image('OLD', table)}, NULL); END"
         ),
     }
 

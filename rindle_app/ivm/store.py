@@ -57,7 +57,7 @@ class MemoryStore:
 
     def __init__(self, schema):
         self.schema = schema
-        self._rows = {name: {} for name in schema}
+        self._rows = {}  # table -> {pk: row}, created on first use
         self._lookups = {}  # (table, columns) -> {key: {pk: row}}
         self._orders = {}  # (table, order_by) -> SortedKeyList of rows
 
@@ -67,10 +67,16 @@ class MemoryStore:
         return tuple(sort_key(row.get(c)) for c in self.schema.get(table).primary_key)
 
     def rows(self, table):
-        return self._rows[table].values()
+        return self._table(table).values()
 
     def get(self, table, pk):
-        return self._rows[table].get(pk)
+        return self._table(table).get(pk)
+
+    def _table(self, table):
+        rows = self._rows.get(table)
+        if rows is None:
+            rows = self._rows[table] = {}
+        return rows
 
     def lookup(self, table, columns, key):
         """Rows of ``table`` whose ``columns`` equal ``key`` (an ``index_key``)."""
@@ -79,7 +85,7 @@ class MemoryStore:
         index = self._lookups.get((table, columns))
         if index is None:
             index = {}
-            for pk, row in self._rows[table].items():
+            for pk, row in self._table(table).items():
                 k = index_key(row, columns)
                 if k is not None:
                     index.setdefault(k, {})[pk] = row
@@ -90,7 +96,7 @@ class MemoryStore:
         """Every row of ``table`` in ``order_by`` order (a sorted list kept in step)."""
         ordered = self._orders.get((table, order_by))
         if ordered is None:
-            ordered = SortedKeyList(self._rows[table].values(), key=order_key(order_by))
+            ordered = SortedKeyList(self._table(table).values(), key=order_key(order_by))
             self._orders[(table, order_by)] = ordered
         return ordered
 
@@ -102,7 +108,7 @@ class MemoryStore:
 
     def apply(self, table, old, new):
         """Apply one change (old is None for an insert, new is None for a delete)."""
-        rows = self._rows[table]
+        rows = self._table(table)
         if old is not None:
             pk = self.pk(table, old)
             stored = rows.pop(pk, None)

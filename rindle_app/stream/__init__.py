@@ -1,0 +1,1 @@
+"""The outbox as a stream: reading committed changes in order."""
