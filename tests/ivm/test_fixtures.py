@@ -48,7 +48,18 @@ def test_a_wrong_expectation_fails_with_a_reason_and_exit_status_1(tmp_path):
     status, lines = run(ORIGINAL[1], bad)
     assert status == 1
     assert lines[0].startswith("PASS ")
-    assert lines[1].startswith("FAIL wrong: data")
+    assert lines[1].startswith("FAIL wrong: reference: data")
+
+
+def test_the_incremental_view_is_checked_after_the_pushes(monkeypatch):
+    """The runner diffs the maintained view too: a view that ignores pushes fails."""
+    from rindle_app.ivm.view import View
+
+    monkeypatch.setattr(View, "apply", lambda self, changes: [])
+    pushes = [f for f in ORIGINAL if f.stem.startswith("push__")]
+    status, lines = run(*pushes)
+    assert status == 1
+    assert any(line.startswith("FAIL ") and ": incremental: " in line for line in lines)
 
 
 @pytest.mark.parametrize(
