@@ -63,3 +63,23 @@ def child_env(**extra):
     env["DJANGO_SETTINGS_MODULE"] = "project.settings"
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+# Property tests: a fixed budget in CI; RINDLE_SOAK=N multiplies every budget by N
+# for a soak. A failure prints a blob that replays it (@reproduce_failure).
+from hypothesis import HealthCheck  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+SOAK = max(1, int(os.environ.get("RINDLE_SOAK", "1")))
+hypothesis_settings.register_profile(
+    "rindle",
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+hypothesis_settings.load_profile("rindle")
+
+
+def examples(n):
+    """The example budget of a property test: ``n`` in CI, ``n * RINDLE_SOAK`` in a soak."""
+    return n * SOAK

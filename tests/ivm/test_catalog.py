@@ -1,7 +1,7 @@
 """The catalog: shared queries, families, routing, fault isolation, versions."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rindle_app.ivm.ast import to_json
@@ -9,6 +9,7 @@ from rindle_app.ivm.catalog import Catalog, FamilyTemplate
 from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.view import View
 
+from ..conftest import examples
 from .test_view import SCHEMA, batches, fresh_footprint, queries, seed_rows
 
 
@@ -33,7 +34,7 @@ def commit(catalog, batch):
     return catalog.commit(catalog.version + 1, out)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60))
 @given(qs=st.lists(queries(), min_size=2, max_size=6), seed=seed_rows(), writes=batches(5))
 def test_every_view_of_a_catalog_stays_exact_whatever_the_routing_skips(qs, seed, writes):
     """Views the router did not visit are still exact: routing never skips a view it must reach."""
