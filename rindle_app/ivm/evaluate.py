@@ -15,6 +15,7 @@ from functools import cmp_to_key
 
 from .ast import And, Exists, Or, Simple
 from .compare import compare, equal, matches
+from .normalized import agg_row, agg_table_name
 
 
 def evaluate(query, rows, schema, *, render="fixture"):
@@ -59,7 +60,8 @@ class Evaluator:
         self.source = source
         self.schema = schema
         self.render = render
-        # Called with (table, row) for every row rendered: how views learn their footprint.
+        # Called with (table, row, key columns or None for the table's pk) for every row
+        # rendered, synthetic count rows included: how views learn their footprint.
         self.visit = None
 
     def select(self, query, candidates):
@@ -98,7 +100,7 @@ class Evaluator:
 
     def node(self, query, row):
         if self.visit is not None:
-            self.visit(query.table, row)
+            self.visit(query.table, row, None)
         table = self.schema.get(query.table)
         names = query.select if query.select is not None else [c.name for c in table.columns]
         cells = {name: row.get(name) for name in names}
@@ -107,7 +109,12 @@ class Evaluator:
             sub = related.subquery
             kids = self.children(related, row)
             if sub.aggregate is not None:
-                out[sub.alias] = self.aggregate(sub, kids)
+                out[sub.alias] = value = self.aggregate(sub, kids)
+                if self.visit is not None and sub.aggregate == "count" and value:
+                    # A count syncs as a row of its synthetic table, never as children.
+                    self.visit(
+                        agg_table_name(related), agg_row(related, row, value), related.child_fields
+                    )
             else:
                 nodes = self.level(sub, kids)
                 out[sub.alias] = (nodes[0] if nodes else None) if sub.one else nodes

@@ -21,6 +21,7 @@ from collections import Counter
 from sortedcontainers import SortedKeyList
 
 from .ast import subqueries
+from .compare import sort_key
 from .evaluate import Evaluator, compare_rows
 from .store import index_key, order_key
 
@@ -147,7 +148,7 @@ class View:
 
     def _admit(self, row, touched):
         shown = []
-        self.evaluator.visit = lambda table, r: shown.append((table, r))
+        self.evaluator.visit = lambda table, r, key: shown.append((table, r, key))
         try:
             node = self.evaluator.node(self.query, row)
         finally:
@@ -155,8 +156,8 @@ class View:
         pk = self.store.pk(self.query.table, row)
         self._members.add(row)
         self._roots[pk] = (row, node, shown)
-        for table, r in shown:
-            key = (table, self.store.pk(table, r))
+        for table, r, key_columns in shown:
+            key = (table, self._pk(table, r, key_columns))
             self._touch(key, touched)
             self.footprint[key] += 1
             self._images[key] = r
@@ -164,12 +165,17 @@ class View:
     def _evict(self, pk, touched):
         row, _node, shown = self._roots.pop(pk)
         self._members.remove(row)
-        for table, r in shown:
-            key = (table, self.store.pk(table, r))
+        for table, r, key_columns in shown:
+            key = (table, self._pk(table, r, key_columns))
             self._touch(key, touched)
             self.footprint[key] -= 1
             if not self.footprint[key]:
                 del self.footprint[key]
+
+    def _pk(self, table, row, key_columns):
+        if key_columns is None:
+            return self.store.pk(table, row)
+        return tuple(sort_key(row.get(c)) for c in key_columns)
 
     def _touch(self, key, touched):
         if key not in touched:

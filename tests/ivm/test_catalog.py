@@ -10,7 +10,7 @@ from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.view import View
 
 from ..conftest import examples
-from .test_view import SCHEMA, batches, fresh_footprint, queries, seed_rows
+from .test_view import SCHEMA, batches, fresh_footprint, queries, row_key, seed_rows
 
 
 def rows_now(catalog):
@@ -74,7 +74,7 @@ def test_identical_asts_share_one_view_and_late_subscribers_start_from_the_footp
     catalog.commit(2, [("comment", None, {"id": 5, "issue": 1, "body": "hi"})])
     late = catalog.attach(a.key, "sub-2")
     expected = fresh_footprint(a.query, rows_now(catalog))
-    assert {(op["table"], op["row"]["id"]): op["row"] for op in late} == expected
+    assert {row_key(op["table"], op["row"]): op["row"] for op in late} == expected
     catalog.detach("sub-1")
     assert catalog.queries[a.key].subscribers == {"sub-2"}
 
