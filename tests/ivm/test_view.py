@@ -33,6 +33,14 @@ SCHEMA = Schema.from_sources(
             },
             "primaryKeys": ["id"],
         },
+        "reaction": {
+            "columns": {
+                "id": {"type": "number"},
+                "comment": {"type": "number", "optional": True},
+                "kind": {"type": "string"},
+            },
+            "primaryKeys": ["id"],
+        },
         "label": {
             "columns": {
                 "id": {"type": "number"},
@@ -60,6 +68,10 @@ def rows_of(table):
                 "title": st.one_of(st.none(), TEXT),
             }
         )
+    if table == "reaction":
+        return st.fixed_dictionaries(
+            {"id": IDS, "comment": st.one_of(st.none(), IDS), "kind": TEXT}
+        )
     name = "body" if table == "comment" else "name"
     return st.fixed_dictionaries({"id": IDS, "issue": st.one_of(st.none(), IDS), name: TEXT})
 
@@ -78,8 +90,23 @@ def simple(column, values, ops):
 
 
 def child_where(table):
-    column = "body" if table == "comment" else "name"
-    return simple(column, TEXT, ["=", "!=", "LIKE", "ILIKE", "NOT LIKE", ">"])
+    column = {"comment": "body", "label": "name", "reaction": "kind"}[table]
+    leaf = simple(column, TEXT, ["=", "!=", "LIKE", "ILIKE", "NOT LIKE", ">"])
+    if table != "comment":
+        return leaf
+    # A comment filter may itself ask about the comment's reactions (two levels down).
+    nested = st.builds(
+        lambda op: {
+            "type": "correlatedSubquery",
+            "op": op,
+            "related": {
+                "correlation": {"parentField": ["id"], "childField": ["comment"]},
+                "subquery": {"table": "reaction"},
+            },
+        },
+        st.sampled_from(["EXISTS", "NOT EXISTS"]),
+    )
+    return st.one_of(leaf, nested)
 
 
 def exists(table):
@@ -172,8 +199,9 @@ def batches(draw, n):
     for _ in range(n):
         batch = []
         for _ in range(draw(st.integers(1, 4))):
-            table = draw(st.sampled_from(["issue", "comment", "label"]))
-            batch.append((table, draw(st.sampled_from(["upsert", "delete"])), draw(rows_of(table))))
+            table = draw(st.sampled_from(["issue", "comment", "label", "reaction"]))
+            kind = draw(st.sampled_from(["upsert", "upsert", "delete", "move"]))
+            batch.append((table, kind, draw(rows_of(table))))
         out.append(batch)
     return out
 
@@ -182,9 +210,33 @@ def seed_rows():
     return st.fixed_dictionaries(
         {
             t: st.lists(rows_of(t), max_size=8, unique_by=lambda r: r["id"])
-            for t in ("issue", "comment", "label")
+            for t in ("issue", "comment", "label", "reaction")
         }
     )
+
+
+def batch_changes(shadow, batch):
+    """
+    The (table, old, new) changes a batch makes to ``shadow`` ({(table, id): row}),
+    which it updates: upsert, delete, or move (the same row under another key).
+    """
+    changes = []
+    for table, kind, row in batch:
+        old = shadow.get((table, row["id"]))
+        if kind == "move":
+            target = row["id"] % 8 + 1
+            if old is None or (table, target) in shadow:
+                continue
+            new = {**old, "id": target}
+        else:
+            new = row if kind == "upsert" else None
+        if old is None and new is None:
+            continue
+        shadow.pop((table, old["id"]), None) if old is not None else None
+        if new is not None:
+            shadow[(table, new["id"])] = new
+        changes.append((table, old, new))
+    return changes
 
 
 def row_key(table, row):
@@ -225,15 +277,11 @@ def test_a_maintained_view_equals_a_fresh_evaluation_after_every_commit(query, s
                 client[key] = op["new"]
 
     fold(view.hydrate())
+    shadow = {(t, r["id"]): r for t, rows in seed.items() for r in rows}
     for batch in writes:
-        changes = []
-        for table, kind, row in batch:
-            old = store.get(table, store.pk(table, row))
-            new = row if kind == "upsert" else None
-            if old is None and new is None:
-                continue
-            store.apply(table, old, new)
-            changes.append((table, old, new))
+        changes = batch_changes(shadow, batch)
+        for change in changes:
+            store.apply(*change)
         fold(view.apply(changes))
         rows = {t: list(store.rows(t)) for t in SCHEMA}
         assert view.result() == evaluate(query, rows, SCHEMA)
