@@ -142,6 +142,18 @@ class Catalog:
             self._by_sub.pop(sub, None)
         self._unindex(shared)
 
+    def fault_subscribers(self, key, reason):
+        """
+        Fault and detach every subscriber of a query, leaving the query itself (for
+        a following ``destroy``): they are told to re-subscribe.
+        """
+        shared = self.queries[key]
+        fault = Fault(key, sorted(shared.subscribers, key=str), reason)
+        for sub in shared.subscribers:
+            self._by_sub.pop(sub, None)
+        shared.subscribers.clear()
+        return fault
+
     def snapshot(self, key):
         """The query's current rows in the SSR shape ``{cols: {...}, <alias>: ...}``."""
         shared = self.queries.get(key)
@@ -172,6 +184,11 @@ class Catalog:
     def partition(self, family, binding):
         key = self.families.get(family, {}).get(_value_key(binding))
         return self.queries.get(key) if key else None
+
+    def partition_snapshot(self, family, binding):
+        """The one-shot snapshot of one bound partition (``[]`` when unbound)."""
+        shared = self.partition(family, binding)
+        return self.snapshot(shared.key) if shared is not None else []
 
     # --- routing -------------------------------------------------------------------
 
@@ -206,8 +223,7 @@ class Catalog:
         return [k for k in keys if k in self.queries]
 
     def _fault(self, key, exc):
-        shared = self.queries[key]
-        fault = Fault(key, sorted(shared.subscribers, key=str), f"{type(exc).__name__}: {exc}")
+        fault = self.fault_subscribers(key, f"{type(exc).__name__}: {exc}")
         self.destroy(key)
         return fault
 

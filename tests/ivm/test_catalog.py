@@ -229,3 +229,38 @@ def test_a_guarded_query_that_reads_its_own_table_again_is_not_pruned_by_its_gua
     catalog.commit(2, [("issue", old, new)])  # owner 9 fails the guard owner = 2
     assert shared.view.result()[0]["ownerIssue"]["title"] == "after"
     assert shared.view.result() == evaluate(shared.query, rows_now(catalog), SCHEMA)
+
+
+def test_fault_subscribers_detaches_everyone_and_keeps_the_query():
+    """Subscribers are faulted (to re-subscribe) while the query stays for a later destroy."""
+    catalog = Catalog(SCHEMA)
+    catalog.load(1, {"issue": [], "comment": [], "label": []})
+    shared = catalog.register({"table": "issue"})
+    catalog.attach(shared.key, "a")
+    fault = catalog.fault_subscribers(shared.key, "dematerializing")
+    assert (fault.subscribers, fault.message, fault.retryable) == (["a"], "dematerializing", True)
+    assert shared.key in catalog.queries and not shared.subscribers
+    catalog.destroy(shared.key)
+    assert shared.key not in catalog.queries
+
+
+def test_partition_snapshot_reads_one_bound_partition():
+    """A family partition's snapshot holds only that binding's rows."""
+    catalog = Catalog(SCHEMA)
+    rows = [{"id": i, "owner": i % 2, "score": i, "title": "t"} for i in range(1, 5)]
+    catalog.load(1, {"issue": rows, "comment": [], "label": []})
+    template = FamilyTemplate(
+        {
+            "table": "issue",
+            "select": ["id"],
+            "where": {
+                "type": "simple",
+                "op": "=",
+                "left": {"type": "column", "name": "owner"},
+                "right": {"type": "parameter"},
+            },
+        }
+    )
+    catalog.bind("f", template, 1)
+    assert catalog.partition_snapshot("f", 1) == [{"cols": {"id": 1}}, {"cols": {"id": 3}}]
+    assert catalog.partition_snapshot("f", 0) == []
