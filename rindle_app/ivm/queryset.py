@@ -1,0 +1,521 @@
+"""
+A Django QuerySet as a rindle wire AST: ``from_queryset(Issue.objects.filter(...))``.
+
+The translation reads the QuerySet's SQL tree (``qs.query``) and keeps the rows
+Django's own SQL selects. What maps:
+
+- ``filter`` / ``exclude`` / ``Q`` (AND, OR, ``~``) with the lookups ``exact``,
+  ``iexact``, ``lt``, ``lte``, ``gt``, ``gte``, ``in``, ``isnull``, ``contains``,
+  ``icontains``, ``startswith``, ``istartswith``, ``endswith``, ``iendswith``;
+  ``qs.none()``. Negation is pushed into the operators (``=`` → ``!=``, ``IN`` →
+  ``NOT IN``, ``LIKE`` → ``NOT LIKE``, EXISTS → NOT EXISTS, De Morgan for AND/OR),
+  and Django's null handling comes along: ``exclude(x=1)`` on a nullable column is
+  ``x != 1 OR x IS NULL`` because Django's tree says so.
+- Filters across relations (``owner__name``, ``comments__body__contains``, many
+  hops): each join becomes an EXISTS correlated by the join's columns. Conditions
+  that share one join in Django (one ``filter()`` call on a multi-valued relation)
+  share one EXISTS; a LEFT JOIN that can match its null row (``tags__isnull=True``)
+  adds ``OR NOT EXISTS``; an INNER JOIN that only some OR branches test still
+  requires the related row, as in Django's SQL. ``exclude`` over a multi-valued
+  relation and ``filter(Exists(Sub.objects.filter(fk=OuterRef("pk"), ...)))``
+  become NOT EXISTS / EXISTS.
+- ``order_by`` (``"-field"``, ``F(...).asc()/desc()``, ``Meta.ordering``,
+  ``reverse()``), ``qs[:n]`` as ``limit``, and ``distinct()`` without fields (a
+  no-op: rindle rows are distinct). Column names are the database's
+  (``field.column``: ``owner`` → ``ownerId``).
+
+What is refused, with ``QueryError(code="unsupported")`` naming the part: other
+lookups and transforms (``regex``, ``range``, ``year``...), F()/OuterRef/subquery
+values outside an EXISTS correlation, non-literal values (dates, decimals...),
+JSON columns, pattern lookups on non-text columns, offsets (``qs[10:20]``: the AST
+pages by keyset ``start``), annotations and aggregates, ``values()`` /
+``values_list()``, ``extra()``, ``distinct(*fields)``, set operations, random or
+related-column ordering, FilteredRelation, multi-table inheritance. Ignored:
+``select_related``, ``prefetch_related``, ``only`` / ``defer`` (rindle syncs whole
+rows of the one table).
+
+Where rindle's documented value semantics (``compare.py``) differ from a backend:
+
+- ``contains`` / ``startswith`` / ``endswith`` are case-sensitive LIKE, on every
+  backend, as Django documents them. Django on SQLite runs them case-insensitively.
+- The i-lookups fold ASCII letters only; PostgreSQL's ``UPPER`` folds more.
+- Text compares and sorts bytewise; a PostgreSQL database with a non-C collation
+  sorts text differently.
+- Nulls sort first ascending and last descending (SQLite's order). PostgreSQL sorts
+  them the other way by default, so the translation refuses an explicit
+  ``nulls_last`` ascending / ``nulls_first`` descending on a nullable column;
+  ``F(col).asc(nulls_first=True)`` says what rindle does on both backends.
+- A multi-valued filter (``filter(tags__name="ui")``) yields each row once; Django
+  repeats a row per matching related row unless ``.distinct()``.
+- Rows of an unordered QuerySet come in primary-key order (the AST's ordering is
+  always completed with the primary key).
+"""
+
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
+from django.db.models.expressions import Col, Exists, F, NegatedExpression, OrderBy
+from django.db.models.lookups import Lookup
+from django.db.models.query import ModelIterable
+from django.db.models.sql.constants import INNER, LOUTER
+from django.db.models.sql.datastructures import BaseTable, Join
+from django.db.models.sql.query import Query as SQLQuery
+from django.db.models.sql.where import ExtraWhere, NothingNode, WhereNode
+
+from .ast import QueryError, parse
+from .builder import NEGATED_OPS, cond
+from .compare import matches
+
+TRUE = {"type": "and", "conditions": []}
+FALSE = {"type": "or", "conditions": []}
+
+_COMPARISONS = {"exact": "=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+_PATTERNS = {
+    "iexact": ("ILIKE", "{}"),
+    "contains": ("LIKE", "%{}%"),
+    "icontains": ("ILIKE", "%{}%"),
+    "startswith": ("LIKE", "{}%"),
+    "istartswith": ("ILIKE", "{}%"),
+    "endswith": ("LIKE", "%{}"),
+    "iendswith": ("ILIKE", "%{}"),
+}
+
+
+def unsupported(message):
+    return QueryError(message, code="unsupported")
+
+
+def from_queryset(qs, *, schema=None):
+    """The wire AST selecting what ``qs`` selects; validated when ``schema`` is given."""
+    if hasattr(qs, "get_queryset"):  # a manager
+        qs = qs.get_queryset()
+    query = qs.query
+    _check_shape(qs, query)
+    out = {"table": query.model._meta.db_table}
+    where = _Level(query, query.base_table).translate(query.where)
+    if where != TRUE:
+        out["where"] = where
+    order = _ordering(query)
+    if order:
+        out["orderBy"] = order
+    if query.high_mark is not None:
+        out["limit"] = query.high_mark
+    if schema is not None:
+        parse(out, schema)
+    return out
+
+
+def escape_like(text):
+    """``text`` as a LIKE pattern matching itself (``\\`` escapes, as Django's)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# --- the shape of the QuerySet ----------------------------------------------------------
+
+
+def _check_shape(qs, query):
+    opts = query.model._meta
+    name = opts.db_table
+    if qs._fields is not None or qs._iterable_class is not ModelIterable or query.values_select:
+        raise unsupported(f"{name}: values() / values_list() is not supported")
+    if query.combinator:
+        raise unsupported(f"{name}: {query.combinator}() is not supported")
+    if query.annotations:
+        raise unsupported(
+            f"{name}: annotations {sorted(query.annotations)} (annotate/alias/aggregates) "
+            "are not supported"
+        )
+    if query.group_by is not None:
+        raise unsupported(f"{name}: aggregation (GROUP BY) is not supported")
+    if query.extra or query.extra_tables or query.extra_order_by:
+        raise unsupported(f"{name}: extra() is not supported")
+    if query.distinct_fields:
+        raise unsupported(f"{name}: distinct(*fields) is not supported")
+    if query.low_mark:
+        raise unsupported(
+            f"{name}: an offset (qs[{query.low_mark}:...]) is not supported; "
+            "the AST pages with a keyset start, not an offset"
+        )
+    if query._filtered_relations:
+        raise unsupported(f"{name}: FilteredRelation is not supported")
+    if opts.parents:
+        raise unsupported(f"{name}: a multi-table inheritance child is not supported")
+    if getattr(opts, "is_composite_pk", False):
+        raise unsupported(f"{name}: a composite primary key is not supported")
+
+
+# --- ordering ---------------------------------------------------------------------------
+
+
+def _ordering(query):
+    opts = query.model._meta
+    items = query.order_by or (opts.ordering if query.default_ordering else ())
+    out = []
+    for item in items:
+        nulls_first = nulls_last = False
+        if isinstance(item, str):
+            if item == "?":
+                raise unsupported(f"{opts.db_table}: random ordering is not supported")
+            descending, name = item.startswith("-"), item.removeprefix("-")
+        elif isinstance(item, F):
+            descending, name = False, item.name
+        elif isinstance(item, OrderBy) and isinstance(item.expression, F):
+            descending, name = item.descending, item.expression.name
+            nulls_first, nulls_last = bool(item.nulls_first), bool(item.nulls_last)
+        else:
+            raise unsupported(f"{opts.db_table}: ordering by {item!r} is not supported")
+        if not query.standard_ordering:  # reverse()
+            descending = not descending
+            nulls_first, nulls_last = nulls_last, nulls_first
+        field = _order_field(opts, name)
+        if field.null and (nulls_first if descending else nulls_last):
+            raise unsupported(
+                f"ordering by {opts.db_table}.{field.column} with nulls "
+                f"{'first' if descending else 'last'} is not supported: rindle sorts nulls "
+                "as the smallest value"
+            )
+        out.append([field.column, "desc" if descending else "asc"])
+    return out
+
+
+def _order_field(opts, name):
+    if "__" in name:
+        raise unsupported(
+            f"ordering {opts.db_table} by {name!r}, a related table's column, is not supported"
+        )
+    try:
+        field = opts.pk if name == "pk" else opts.get_field(name)
+    except FieldDoesNotExist:
+        raise unsupported(f"ordering {opts.db_table} by {name!r} is not supported") from None
+    if not getattr(field, "concrete", False) or not getattr(field, "column", None):
+        raise unsupported(f"ordering {opts.db_table} by {name!r} is not supported")
+    if field.is_relation and name == field.name and field.related_model._meta.ordering:
+        raise unsupported(
+            f"ordering {opts.db_table} by {name!r} follows "
+            f"{field.related_model._meta.db_table}'s Meta.ordering, which is not supported; "
+            f"order by {field.attname!r}"
+        )
+    return field
+
+
+# --- conditions -------------------------------------------------------------------------
+#
+# The WHERE tree becomes an intermediate tree in negation normal form whose leaves
+# know the join alias whose row they test. A row of Django's query is one choice of
+# a related row per join, so the whole WHERE reads "there exist related rows such
+# that ...". That existential is pushed down join by join: through OR always; through
+# AND when the conjuncts test different joins, or one single-valued join (a forward
+# foreign key has at most one row); conjuncts testing one multi-valued join must all
+# be about that join only, and become one EXISTS. An INNER JOIN also requires its row
+# to exist, whatever the branch; a LEFT JOIN without a match offers one all-null row.
+
+
+class _Leaf:
+    __slots__ = ("alias", "cond", "null")
+
+    def __init__(self, alias, condition, null):
+        self.alias = alias  # the join alias whose row this tests
+        self.cond = condition  # the wire condition on that row's columns
+        self.null = null  # its value on the all-null row of an unmatched LEFT JOIN
+
+
+class _Node:
+    __slots__ = ("kind", "children")
+
+    def __init__(self, kind, children):
+        self.kind = kind  # "and" | "or"
+        self.children = children
+
+
+def _aliases(node):
+    if isinstance(node, _Leaf):
+        return {node.alias}
+    return set().union(*(_aliases(c) for c in node.children))
+
+
+def _null(node):
+    if isinstance(node, _Leaf):
+        return node.null
+    values = [_null(c) for c in node.children]
+    return all(values) if node.kind == "and" else any(values)
+
+
+def _and(parts):
+    flat = []
+    for p in parts:
+        if p == FALSE:
+            return FALSE
+        flat.extend(p["conditions"] if p["type"] == "and" else [p])
+    return flat[0] if len(flat) == 1 else {"type": "and", "conditions": flat}
+
+
+def _or(parts):
+    flat = []
+    for p in parts:
+        if p == TRUE:
+            return TRUE
+        flat.extend(p["conditions"] if p["type"] == "or" else [p])
+    return flat[0] if len(flat) == 1 else {"type": "or", "conditions": flat}
+
+
+def _exists(table, parent, child, where, *, negated=False):
+    if where == FALSE:
+        return TRUE if negated else FALSE
+    subquery = {"table": table, "alias": table}
+    if where != TRUE:
+        subquery["where"] = where
+    return {
+        "type": "correlatedSubquery",
+        "op": "NOT EXISTS" if negated else "EXISTS",
+        "related": {
+            "correlation": {"parentField": list(parent), "childField": list(child)},
+            "subquery": subquery,
+        },
+    }
+
+
+def _label(col):
+    return f"{col.target.model._meta.db_table}.{col.target.column}"
+
+
+def _literal(value, label):
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return value
+    raise unsupported(
+        f"the value {value!r} for {label} is not a literal the AST can carry "
+        "(null, a boolean, a finite number or a string)"
+    )
+
+
+class _Level:
+    """One SQL query (the root or an Exists subquery): its base table and joins."""
+
+    def __init__(self, query, base):
+        self.query = query
+        self.base = base
+        self.used = set()  # the join aliases the conditions reach, and their parents
+        self.witness = {}  # id(an EXISTS built for an INNER join) -> (alias, the EXISTS)
+
+    def translate(self, where):
+        tree = self.tree(where, False)
+        for alias in _aliases(tree):
+            while alias is not None and alias not in self.used:
+                self.used.add(alias)
+                join = self.query.alias_map.get(alias)
+                alias = join.parent_alias if isinstance(join, Join) else None
+        return self.require(self.base, self.conv(tree, self.base))
+
+    # --- Django's tree, in negation normal form ---
+
+    def tree(self, node, negated):
+        if isinstance(node, WhereNode):
+            if node.connector not in ("AND", "OR"):
+                raise unsupported(f"the {node.connector} connector is not supported")
+            negated ^= node.negated
+            kind = "and" if (node.connector == "AND") != negated else "or"
+            return _Node(kind, [self.tree(c, negated) for c in node.children])
+        if isinstance(node, NothingNode):  # qs.none()
+            return _Leaf(self.base, TRUE if negated else FALSE, negated)
+        if isinstance(node, ExtraWhere):
+            raise unsupported("extra(where=...) is not supported")
+        if isinstance(node, Lookup):
+            return self.lookup(node, negated)
+        raise unsupported(f"the condition {type(node).__name__} is not supported")
+
+    def lookup(self, lookup, negated):
+        lhs, rhs, name = lookup.lhs, lookup.rhs, lookup.lookup_name
+        if name == "exact" and isinstance(rhs, bool):
+            exists, negated = lhs, negated != (not rhs)
+            while isinstance(exists, NegatedExpression):  # ~Exists(...)
+                exists, negated = exists.expression, not negated
+            if isinstance(exists, Exists):
+                return self.exists_leaf(exists, negated)
+        if not isinstance(lhs, Col):
+            inner = lhs
+            while not isinstance(inner, Col) and getattr(inner, "lhs", None) is not None:
+                inner = inner.lhs
+            if getattr(lhs, "lookup_name", None) and isinstance(inner, Col):  # a transform
+                raise unsupported(f"lookup {lhs.lookup_name!r} on {_label(inner)} is not supported")
+            raise unsupported(f"filtering on a {type(lhs).__name__} expression is not supported")
+        label = _label(lhs)
+        if lhs.alias not in self.query.alias_map:
+            raise unsupported(
+                f"a condition on the outer query's {label} is only supported as the "
+                "equality correlating an Exists() subquery"
+            )
+        field = lhs.target
+        if hasattr(rhs, "resolve_expression"):
+            if isinstance(rhs, Col):
+                what = f"the column {_label(rhs)} (F() / OuterRef())"
+            elif isinstance(rhs, SQLQuery):
+                what = "a subquery"
+            else:
+                what = f"the expression {rhs!r}"
+            raise unsupported(
+                f"comparing {label} to {what} is not supported: the AST compares a column "
+                "to a literal"
+            )
+        if isinstance(field, models.JSONField):
+            raise unsupported(f"lookups on the JSON column {label} are not supported")
+        if name == "isnull":
+            if not isinstance(rhs, bool):
+                raise unsupported(f"isnull on {label} needs True or False")
+            op, value = ("IS" if rhs else "IS NOT"), None
+        elif name in _COMPARISONS:
+            op, value = _COMPARISONS[name], _literal(rhs, label)
+        elif name == "in":
+            value = [_literal(v, label) for v in rhs if v is not None]
+            if not value:  # Django: an empty IN matches nothing, its negation everything
+                return _Leaf(lhs.alias, TRUE if negated else FALSE, negated)
+            op = "IN"
+        elif name in _PATTERNS:
+            if not isinstance(field, (models.CharField, models.TextField)):
+                raise unsupported(
+                    f"lookup {name!r} on the non-text column {label} is not supported"
+                )
+            op, template = _PATTERNS[name]
+            value = template.format(escape_like(str(rhs)))
+        else:
+            raise unsupported(f"lookup {name!r} on {label} is not supported")
+        if negated:
+            op = NEGATED_OPS[op]
+        condition = cond(field.column, op, value)
+        if value is None and field.primary_key:  # a primary key is never null
+            condition = FALSE if op == "IS" else TRUE
+        return _Leaf(lhs.alias, condition, matches(op, None, value))
+
+    def exists_leaf(self, expr, negated):
+        inner = expr.query
+        if inner.combinator or inner.low_mark or inner.group_by is not None:
+            raise unsupported("an Exists() subquery with a set operation, offset or GROUP BY")
+        if inner.extra or inner.extra_tables:
+            raise unsupported("extra() in an Exists() subquery is not supported")
+        base = next((a for a in inner.alias_map if inner.alias_refcount.get(a)), None)
+        if base is None or not isinstance(inner.alias_map[base], BaseTable):
+            raise unsupported("an Exists() subquery without a base table is not supported")
+        where = inner.where
+        parts = where.children if where.connector == "AND" and not where.negated else [where]
+        pairs, rest = [], []
+        for part in parts:
+            if (
+                isinstance(part, Lookup)
+                and part.lookup_name == "exact"
+                and isinstance(part.lhs, Col)
+                and part.lhs.alias == base
+                and isinstance(part.rhs, Col)
+                and part.rhs.alias not in inner.alias_map
+            ):
+                pairs.append((part.rhs, part.lhs))
+            else:
+                rest.append(part)
+        outer = {o.alias for o, _ in pairs}
+        if len(outer) != 1 or not outer <= set(self.query.alias_map):
+            raise unsupported(
+                "an Exists() subquery must be correlated by equalities between its table's "
+                "columns and OuterRef() columns of one table of the enclosing query"
+            )
+        table = inner.alias_map[base].table_name
+        level = _Level(inner, base)
+        condition = _exists(
+            table,
+            [o.target.column for o, _ in pairs],
+            [i.target.column for _, i in pairs],
+            level.translate(WhereNode(rest)),
+            negated=negated,
+        )
+        return _Leaf(outer.pop(), condition, negated)  # a null parent has no children
+
+    # --- from the tree to wire conditions, one join level at a time ---
+
+    def hop(self, alias, level):
+        """The join right below ``level`` on the way to ``alias``; None for ``level``."""
+        while alias != level:
+            join = self.query.alias_map.get(alias)
+            if not isinstance(join, Join):
+                raise unsupported(f"the join {alias!r} does not hang off {level!r}")
+            if join.parent_alias == level:
+                return alias
+            alias = join.parent_alias
+        return None
+
+    def hops(self, node, level):
+        return {self.hop(a, level) for a in _aliases(node)}
+
+    def conv(self, node, level):
+        hops = self.hops(node, level)
+        if isinstance(node, _Leaf):
+            return node.cond if hops == {None} else self.exists(hops.pop(), node)
+        if len(hops) == 1 and None not in hops:  # all about one join: one EXISTS
+            return self.exists(hops.pop(), node)
+        if node.kind == "or":
+            return _or([self.conv(c, level) for c in node.children])
+        child_hops = [self.hops(c, level) for c in node.children]
+        out, merged = [], set()
+        for child, hs in zip(node.children, child_hops):
+            shared = [h for h in hs - {None} if sum(h in other for other in child_hops) > 1]
+            if len(hs) == 1 and shared:  # about one join its siblings test too: merge them
+                (h,) = hs
+                if h not in merged:
+                    merged.add(h)
+                    group = [c for c, other in zip(node.children, child_hops) if other == {h}]
+                    out.append(self.exists(h, _Node("and", group)))
+                continue
+            for h in shared:
+                if self.multi_valued(h):
+                    raise unsupported(
+                        f"conditions on one {self.relation(h)} mixed with conditions on "
+                        "other tables under one AND are not supported; split them into "
+                        "separate filter() calls or use Exists()"
+                    )
+            out.append(self.conv(child, level))
+        return _and(out)
+
+    def multi_valued(self, alias):
+        field = self.query.alias_map[alias].join_field
+        return bool(field.one_to_many or field.many_to_many)
+
+    def relation(self, alias):
+        join = self.query.alias_map[alias]
+        return f"join {self.query.alias_map[join.parent_alias].table_name} → {join.table_name}"
+
+    def exists(self, alias, node):
+        join = self.query.alias_map[alias]
+        if join.filtered_relation is not None:
+            raise unsupported("FilteredRelation is not supported")
+        if join.join_field.get_extra_restriction(alias, join.parent_alias) is not None:
+            raise unsupported(f"the {self.relation(alias)} carries a restriction (not supported)")
+        parent, child = zip(*join.join_cols)
+        where = self.require(alias, self.conv(node, alias))
+        found = _exists(join.table_name, parent, child, where)
+        if join.join_type == LOUTER:
+            if _null(node):
+                return _or([found, _exists(join.table_name, parent, child, TRUE, negated=True)])
+        else:  # it holds this join's requirement, nested ones included
+            self.witness[id(found)] = (alias, found)
+        return found
+
+    def require(self, level, condition):
+        """AND ``condition`` with the existence of every INNER join below ``level``."""
+        needed = []
+        for alias, join in self.query.alias_map.items():
+            if alias not in self.used or not isinstance(join, Join):
+                continue
+            if join.parent_alias != level:
+                continue
+            if join.join_type != INNER:
+                continue
+            parent_join = self.query.alias_map[level]
+            if isinstance(parent_join, Join) and parent_join.join_type == LOUTER:
+                raise unsupported(f"an INNER join below a LEFT JOIN ({self.relation(alias)})")
+            parent, child = zip(*join.join_cols)
+            req = _exists(join.table_name, parent, child, self.require(alias, TRUE))
+            needed.append((alias, req))
+        conjuncts = condition["conditions"] if condition["type"] == "and" else [condition]
+        witnessed = {self.witness.get(id(c), (None,))[0] for c in conjuncts}
+        implied = [r for a, r in needed if a in witnessed]
+        kept = []
+        for _, r in needed:
+            if r not in implied and r not in kept:
+                kept.append(r)
+        return _and([condition, *kept])
