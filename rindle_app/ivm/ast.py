@@ -262,7 +262,15 @@ class _Parser:
         if isinstance(raw, dict) and len(raw) == 1:
             ((fn, col),) = raw.items()
             if fn in ("sum", "avg"):
-                return (fn, self.column(table, col, f"{path}.{fn}"))
+                column = self.column(table, col, f"{path}.{fn}")
+                kind = next(c.type for c in table.columns if c.name == column)
+                if kind not in ("number", "int64"):
+                    raise QueryError(
+                        f"{fn} needs a number column; {column!r} is {kind}",
+                        code="unsupported",
+                        path=f"{path}.{fn}",
+                    )
+                return (fn, column)
         raise QueryError(
             'aggregate must be "count", {"sum": column} or {"avg": column}',
             code="unsupported",
@@ -363,6 +371,8 @@ class _Parser:
             return tuple(self.literal(v, f"{path}[{i}]") for i, v in enumerate(value))
         if isinstance(value, float) and not math.isfinite(value):
             return None  # as the original: NaN and infinities become null
+        if isinstance(value, float) and value == 0.0:
+            return 0.0  # -0.0: databases store and compare it as 0.0
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
         raise QueryError("a literal is null, a boolean, a number or a string", path=path)

@@ -19,10 +19,10 @@ import copy
 import logging
 from dataclasses import dataclass, field
 
-from .ast import And, Simple, parse, query_key, subqueries
+from .ast import QueryError, parse, query_key, subqueries
 from .evaluate import Evaluator
 from .store import MemoryStore, index_key
-from .view import StoreSource, View
+from .view import StoreSource, View, root_guard
 
 logger = logging.getLogger("rindle.ivm")
 
@@ -110,6 +110,11 @@ class Catalog:
     def register(self, ast):
         """Register (or find) the shared query of ``ast``; returns it, hydrated."""
         query = parse(ast, self.schema)
+        if query.aggregate is not None:
+            raise QueryError(
+                "a root aggregate is answered by a one-shot read; it is not maintained live yet",
+                code="unsupported",
+            )
         key = query_key(query)
         shared = self.queries.get(key)
         if shared is None:
@@ -237,20 +242,14 @@ def _value_key(value):
 
 def _guard(query):
     """
-    A root ``column = literal`` that every result row must satisfy, if any. None when
-    the root table is read again below the root (a self-join): then a row failing the
-    guard can still change a guarded row's subtree.
+    The view's root guard for routing, or None when the root table is read again
+    below the root (a self-join): then a row failing the guard can still change a
+    guarded row's subtree.
     """
     below = set()
     for related in subqueries(query):
         below |= _tables(related.subquery)
-    if query.table in below:
-        return None
-    conditions = query.where.conditions if isinstance(query.where, And) else (query.where,)
-    for c in conditions:
-        if isinstance(c, Simple) and c.op == "=" and c.value is not None:
-            return (c.column, _value_key(c.value))
-    return None
+    return None if query.table in below else root_guard(query)
 
 
 def _tables(query):

@@ -12,36 +12,43 @@ Value semantics of COMPARATOR_VERSION 2, shared by every operator and oracle.
 """
 
 import json
+import math
 import re
-import struct
 from functools import lru_cache
 
 COMPARATOR_VERSION = 2
 
 _NULL, _BOOL, _NUMBER, _STRING, _OTHER = range(5)
-_SIGN_MASK = 0x7FFFFFFFFFFFFFFF
+_NULL_KEY = (_NULL,)
 
 
-def _total_order(f):
-    bits = struct.unpack(">q", struct.pack(">d", f))[0]
-    # Negative doubles sort in reverse bit order: flip every bit but the sign.
-    return bits ^ ((bits >> 63) & _SIGN_MASK)
+def _float_key(f, remainder=0):
+    # IEEE-754 totalOrder with native float comparisons: NaNs beyond the infinities
+    # on the side of their sign bit, and -0.0 just below +0.0.
+    if f != f:
+        return (_NUMBER, 1 if math.copysign(1.0, f) > 0 else -1, 0.0, 0, 0)
+    if f == 0.0 and math.copysign(1.0, f) < 0:
+        return (_NUMBER, 0, f, -1, 0)
+    return (_NUMBER, 0, f, 0, remainder)
 
 
 def sort_key(value):
     """A key whose Python ordering is the comparator's ordering of ``value``."""
     if value is None:
-        return (_NULL,)
-    if value is True or value is False:
+        return _NULL_KEY
+    kind = type(value)
+    if kind is str:
+        return (_STRING, value)
+    if kind is bool:
         return (_BOOL, int(value))
-    if isinstance(value, int):
+    if kind is float:
+        return _float_key(value)
+    if kind is int:
         as_float = float(value)
         # Beyond 2**53 the double rounds; the remainder keeps big integers exact.
-        return (_NUMBER, _total_order(as_float), value - int(as_float))
-    if isinstance(value, float):
-        return (_NUMBER, _total_order(value), 0)
-    if isinstance(value, str):
-        return (_STRING, value)
+        return _float_key(as_float, value - int(as_float))
+    if isinstance(value, (int, float)):  # subclasses
+        return sort_key(float(value) if isinstance(value, float) else int(value))
     return (_OTHER, json.dumps(value, sort_keys=True, separators=(",", ":")))
 
 

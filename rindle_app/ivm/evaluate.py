@@ -21,6 +21,8 @@ from .normalized import agg_row, agg_table_name
 def evaluate(query, rows, schema, *, render="fixture"):
     """The view of ``query`` over ``rows`` ({table: [row dict, ...]})."""
     evaluator = Evaluator(ListSource(rows), schema, render)
+    if query.aggregate is not None:  # a root aggregate is one scalar
+        return evaluator.aggregate(query, rows.get(query.table, ()))
     nodes = evaluator.level(query, rows.get(query.table, ()))
     if query.one:
         return nodes[0] if nodes else None

@@ -58,8 +58,9 @@ class MemoryStore:
     def __init__(self, schema):
         self.schema = schema
         self._rows = {}  # table -> {pk: row}, created on first use
-        self._lookups = {}  # (table, columns) -> {key: {pk: row}}
-        self._orders = {}  # (table, order_by) -> SortedKeyList of rows
+        self._lookups = {}  # table -> {columns: {key: {pk: row}}}
+        # table -> {(order_by, guard column or None): {guard key or None: SortedKeyList}}
+        self._orders = {}
 
     # --- reading ----------------------------------------------------------------------
 
@@ -82,22 +83,33 @@ class MemoryStore:
         """Rows of ``table`` whose ``columns`` equal ``key`` (an ``index_key``)."""
         if key is None:
             return ()
-        index = self._lookups.get((table, columns))
+        indexes = self._lookups.setdefault(table, {})
+        index = indexes.get(columns)
         if index is None:
             index = {}
             for pk, row in self._table(table).items():
                 k = index_key(row, columns)
                 if k is not None:
                     index.setdefault(k, {})[pk] = row
-            self._lookups[(table, columns)] = index
+            indexes[columns] = index
         return tuple(index.get(key, {}).values())
 
-    def ordered(self, table, order_by):
-        """Every row of ``table`` in ``order_by`` order (a sorted list kept in step)."""
-        ordered = self._orders.get((table, order_by))
+    def ordered(self, table, order_by, guard=None):
+        """
+        The rows of ``table`` in ``order_by`` order, kept in step; with ``guard``
+        ((column, index key)), only the rows whose column holds that value, so a
+        window over one partition never walks the others.
+        """
+        column, value = guard if guard is not None else (None, None)
+        by_value = self._orders.setdefault(table, {}).setdefault((order_by, column), {})
+        ordered = by_value.get(value)
         if ordered is None:
-            ordered = SortedKeyList(self._table(table).values(), key=order_key(order_by))
-            self._orders[(table, order_by)] = ordered
+            if guard is None:
+                rows = self._table(table).values()
+            else:
+                rows = self.lookup(table, (column,), value)
+            ordered = SortedKeyList(rows, key=order_key(order_by))
+            by_value[value] = ordered
         return ordered
 
     # --- writing ---------------------------------------------------------------------
@@ -123,25 +135,28 @@ class MemoryStore:
             rows[pk] = new
             self._index(table, pk, new)
 
+    def _orders_of(self, table, row):
+        """The ordered lists that hold ``row``: one per (order, guard column)."""
+        for (_order_by, column), by_value in self._orders.get(table, {}).items():
+            ordered = by_value.get(None if column is None else index_key(row, (column,)))
+            if ordered is not None:
+                yield ordered
+
     def _index(self, table, pk, row):
-        for (t, columns), index in self._lookups.items():
-            if t == table:
-                k = index_key(row, columns)
-                if k is not None:
-                    index.setdefault(k, {})[pk] = row
-        for (t, _), ordered in self._orders.items():
-            if t == table:
-                ordered.add(row)
+        for columns, index in self._lookups.get(table, {}).items():
+            k = index_key(row, columns)
+            if k is not None:
+                index.setdefault(k, {})[pk] = row
+        for ordered in self._orders_of(table, row):
+            ordered.add(row)
 
     def _unindex(self, table, pk, row):
-        for (t, columns), index in self._lookups.items():
-            if t == table:
-                k = index_key(row, columns)
-                bucket = index.get(k)
-                if bucket is not None:
-                    bucket.pop(pk, None)
-                    if not bucket:
-                        del index[k]
-        for (t, _), ordered in self._orders.items():
-            if t == table:
-                ordered.remove(row)
+        for columns, index in self._lookups.get(table, {}).items():
+            k = index_key(row, columns)
+            bucket = index.get(k)
+            if bucket is not None:
+                bucket.pop(pk, None)
+                if not bucket:
+                    del index[k]
+        for ordered in self._orders_of(table, row):
+            ordered.remove(row)

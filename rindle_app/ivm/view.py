@@ -20,7 +20,7 @@ from collections import Counter
 
 from sortedcontainers import SortedKeyList
 
-from .ast import subqueries
+from .ast import And, Simple, subqueries
 from .compare import sort_key
 from .evaluate import Evaluator, compare_rows
 from .store import index_key, order_key
@@ -49,6 +49,7 @@ class View:
         self._roots = {}  # root pk -> (row, node, footprint rows)
         self.footprint = Counter()  # (table, pk) -> paths reaching the row
         self._images = {}  # (table, pk) -> row as last shown
+        self._guard = root_guard(query)
         self._bound = None
         if query.start is not None:
             self._bound = (order_key(query.order_by)(dict(query.start.row)), query.start.exclusive)
@@ -128,7 +129,7 @@ class View:
         """Qualifying root rows in order, strictly after ``after`` (a key), at most ``need``."""
         if need == 0:
             return
-        ordered = self.store.ordered(self.query.table, self.query.order_by)
+        ordered = self.store.ordered(self.query.table, self.query.order_by, self._guard)
         start, inclusive = None, True
         if self._bound is not None:
             start, inclusive = self._bound[0], not self._bound[1]
@@ -217,4 +218,13 @@ class View:
         return out
 
 
-__all__ = ["StoreSource", "View", "compare_rows"]
+def root_guard(query):
+    """A root ``column = literal`` every result row satisfies: (column, index key), or None."""
+    conditions = query.where.conditions if isinstance(query.where, And) else (query.where,)
+    for c in conditions:
+        if isinstance(c, Simple) and c.op == "=" and c.value is not None:
+            return (c.column, index_key({c.column: c.value}, (c.column,)))
+    return None
+
+
+__all__ = ["StoreSource", "View", "compare_rows", "root_guard"]

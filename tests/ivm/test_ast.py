@@ -216,3 +216,32 @@ def test_unsupported_or_unknown_parts_are_refused_by_name(ast, code, where):
     error = refused(ast)
     assert (error.code, error.path) == (code, where)
     assert error.path in str(error)
+
+
+def test_sum_and_avg_need_a_number_column_and_negative_zero_is_zero():
+    """sum over a text column is refused; a -0.0 literal reads as 0.0, as databases store it."""
+    error = refused(
+        {
+            "table": "issue",
+            "related": [
+                {
+                    **COMMENTS,
+                    "subquery": {"table": "comment", "alias": "s", "aggregate": {"sum": "body"}},
+                }
+            ],
+        }
+    )
+    assert error.code == "unsupported" and "number column" in error.message
+    q = parse(
+        {
+            "table": "issue",
+            "where": {
+                "type": "simple",
+                "op": "=",
+                "left": {"type": "column", "name": "score"},
+                "right": {"type": "literal", "value": -0.0},
+            },
+        },
+        SCHEMA,
+    )
+    assert str(q.where.value) == "0.0"

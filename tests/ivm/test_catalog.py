@@ -264,3 +264,22 @@ def test_partition_snapshot_reads_one_bound_partition():
     catalog.bind("f", template, 1)
     assert catalog.partition_snapshot("f", 1) == [{"cols": {"id": 1}}, {"cols": {"id": 3}}]
     assert catalog.partition_snapshot("f", 0) == []
+
+
+def test_a_root_aggregate_is_answered_once_but_not_maintained_live():
+    """evaluate() counts at the root; the catalog says plainly it cannot maintain it yet."""
+    from rindle_app.ivm.ast import QueryError, parse
+
+    rows = {
+        "issue": [
+            {"id": 1, "owner": 1, "score": 1, "title": "a"},
+            {"id": 2, "owner": 2, "score": 1, "title": "b"},
+        ]
+    }
+    query = parse({"table": "issue", "aggregate": "count"}, SCHEMA)
+    assert evaluate(query, rows, SCHEMA) == 2
+    catalog = Catalog(SCHEMA)
+    catalog.load(1, rows)
+    with pytest.raises(QueryError) as info:
+        catalog.register({"table": "issue", "aggregate": "count"})
+    assert info.value.code == "unsupported"

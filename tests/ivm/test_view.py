@@ -374,7 +374,12 @@ def test_operator_state_plateaus_under_churn():
         assert len(view._images) == len(view.footprint)
         assert len(view._roots) <= 5
         if round_ % 500 == 0:
-            sizes.append((len(view.footprint), sum(len(b) for b in store._lookups.values())))
+            sizes.append(
+                (
+                    len(view.footprint),
+                    sum(len(b) for t in store._lookups.values() for b in t.values()),
+                )
+            )
     assert view.result() == evaluate(query, {t: list(store.rows(t)) for t in SCHEMA}, SCHEMA)
     # The window shows at most 5 issues with 2 comments each; indexes hold at most every row.
     assert max(f for f, _ in sizes) <= 5 + 5 * 2
