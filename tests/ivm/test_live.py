@@ -8,6 +8,7 @@ from django.db import connection
 from project.demo.models import Comment, Issue, User
 from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.live import LiveQueries
+from rindle_app.ivm.sql import run_query
 from rindle_app.stream.reader import snapshot
 from rindle_app.testing import outbox_high_water
 
@@ -64,6 +65,7 @@ def test_a_hydrated_query_follows_engine_and_orm_writes(engine):
     assert live.version == outbox_high_water()
     shared = live.catalog.register(ISSUES_WITH_COMMENTS)
     assert [r["id"] for r in shared.view.result()] == ["i8", "i7", "i6", "i5", "i4"]
+    assert shared.view.result() == run_query(shared.query, connection, live.engine.tables)
 
     engine.write(
         lambda tx: tx.insert(
@@ -76,6 +78,8 @@ def test_a_hydrated_query_follows_engine_and_orm_writes(engine):
     version, outputs, faults = live.poll()
     assert faults == [] and version == outbox_high_water()
     assert shared.view.result() == fresh(live, shared)
+    # ...and the same query run as SQL by the database itself.
+    assert shared.view.result() == run_query(shared.query, connection, live.engine.tables)
     ops = outputs[shared.key]
     assert {(o["table"], o["op"]) for o in ops} >= {
         ("issue", "remove"),
