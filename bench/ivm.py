@@ -365,8 +365,8 @@ class RefillCounter:
 
         orig_apply = self._apply = View.apply
 
-        def apply(view, changes):
-            ops = orig_apply(view, changes)
+        def apply(view, changes, affected=None):
+            ops = orig_apply(view, changes, affected)
             stats["apply_calls"] += 1
             stats["apply_calls_with_ops"] += bool(ops)
             return ops

@@ -16,10 +16,11 @@ subscribers, and the routing that sends a commit only to the views it can affect
 """
 
 import copy
+import json
 import logging
 from dataclasses import dataclass, field
 
-from .ast import QueryError, parse, query_key, subqueries
+from .ast import QueryError, parse, query_key, subqueries, to_json
 from .evaluate import Evaluator
 from .store import MemoryStore, index_key
 from .view import StoreSource, View, root_guard
@@ -45,6 +46,17 @@ class SharedQuery:
     subscribers: set = field(default_factory=set)
     guard: tuple = None  # (column, index key) of a root equality, or None
     tables: frozenset = frozenset()
+    shape: str = None  # the query's key with its guard literal left out
+
+
+@dataclass
+class _Shape:
+    """Guarded views alike but for their guard value."""
+
+    root: str
+    column: str
+    tables: frozenset = frozenset()
+    by_value: dict = field(default_factory=dict)  # guard value key -> {query key}
 
 
 class FamilyTemplate:
@@ -71,7 +83,9 @@ class Catalog:
         self.queries = {}  # key -> SharedQuery
         self._by_sub = {}  # subscriber -> key
         self._by_table = {}  # table -> {key}: unguarded views reading the table
-        self._guarded = {}  # (table, column) -> {value key: {key}}
+        # Guarded views grouped by shape (the query but for its guard literal): a change
+        # is traced to root rows once per shape, then sent by the rows' guard values.
+        self._shapes = {}  # shape key -> _Shape
         self.families = {}  # family id -> {binding key: query key}
 
     # --- the store -----------------------------------------------------------------
@@ -93,10 +107,10 @@ class Catalog:
             self.store.apply(table, old, new)
         self.version = version
         outputs, faults = {}, []
-        for key in self._route(changes):
+        for key, affected in self._route(changes).items():
             shared = self.queries[key]
             try:
-                ops = shared.view.apply(changes)
+                ops = shared.view.apply(changes, affected)
             except Exception as exc:  # one query's failure must not stop the others
                 logger.exception("rindle ivm: query %s faulted", key)
                 faults.append(self._fault(key, exc))
@@ -120,7 +134,15 @@ class Catalog:
         if shared is None:
             view = View(query, self.store)
             view.hydrate()
-            shared = SharedQuery(key, query, view, guard=_guard(query), tables=_tables(query))
+            guard = _guard(query)
+            shared = SharedQuery(
+                key,
+                query,
+                view,
+                guard=guard,
+                tables=_tables(query),
+                shape=_shape_key(query) if guard is not None else None,
+            )
             self.queries[key] = shared
             self._index(shared)
         return shared
@@ -198,34 +220,66 @@ class Catalog:
     # --- routing -------------------------------------------------------------------
 
     def _index(self, shared):
-        root = shared.query.table
-        for table in shared.tables:
-            if table == root and shared.guard is not None:
-                column, value = shared.guard
-                by_value = self._guarded.setdefault((root, column), {})
-                by_value.setdefault(value, set()).add(shared.key)
-            else:
+        if shared.guard is None:
+            for table in shared.tables:
                 self._by_table.setdefault(table, set()).add(shared.key)
+            return
+        shape = self._shapes.get(shared.shape)
+        if shape is None:
+            shape = self._shapes[shared.shape] = _Shape(shared.query.table, shared.guard[0])
+        shape.tables = shared.tables
+        shape.by_value.setdefault(shared.guard[1], set()).add(shared.key)
 
     def _unindex(self, shared):
         for keys in self._by_table.values():
             keys.discard(shared.key)
-        for by_value in self._guarded.values():
-            for keys in by_value.values():
-                keys.discard(shared.key)
+        shape = self._shapes.get(shared.shape)
+        if shape is not None:
+            keys = shape.by_value.get(shared.guard[1], set())
+            keys.discard(shared.key)
+            if not keys:
+                shape.by_value.pop(shared.guard[1], None)
+            if not shape.by_value:
+                del self._shapes[shared.shape]
 
     def _route(self, changes):
-        """The views a commit can affect, found by table and by guard value."""
-        keys = set()
-        for table, old, new in changes:
-            keys |= self._by_table.get(table, set())
-            for (t, column), by_value in self._guarded.items():
-                if t != table:
+        """
+        {query key: root pks to redo, or None to work them out}: the views a commit
+        can affect, by table, and for guarded views by the guard value of the root
+        rows a change reaches.
+        """
+        routes = {}
+
+        def send(key, pks):
+            if key not in self.queries:
+                return
+            if pks is None or routes.get(key, ()) is None:
+                routes[key] = None
+            else:
+                routes.setdefault(key, set()).update(pks)
+
+        for change in changes:
+            table, old, new = change
+            for key in self._by_table.get(table, ()):
+                send(key, None)
+            for shape in self._shapes.values():
+                if table not in shape.tables:
                     continue
-                for row in (old, new):
-                    if row is not None:
-                        keys |= by_value.get(index_key(row, (column,)), set())
-        return [k for k in keys if k in self.queries]
+                if table == shape.root:
+                    for row in (old, new):
+                        if row is not None:
+                            for key in shape.by_value.get(index_key(row, (shape.column,)), ()):
+                                send(key, None)
+                    continue
+                probe = self.queries[next(iter(next(iter(shape.by_value.values()))))]
+                by_value = {}
+                for pk, versions in probe.view.affected_roots([change]).items():
+                    for row in versions:
+                        by_value.setdefault(index_key(row, (shape.column,)), set()).add(pk)
+                for value, pks in by_value.items():
+                    for key in shape.by_value.get(value, ()):
+                        send(key, pks)
+        return routes
 
     def _fault(self, key, exc):
         fault = self.fault_subscribers(key, f"{type(exc).__name__}: {exc}")
@@ -250,6 +304,17 @@ def _guard(query):
     for related in subqueries(query):
         below |= _tables(related.subquery)
     return None if query.table in below else root_guard(query)
+
+
+def _shape_key(query):
+    """The canonical JSON of ``query`` with its root guard's literal left out."""
+    ast = to_json(query)
+    where = ast["where"]
+    for c in where["conditions"] if where["type"] == "and" else [where]:
+        if c["type"] == "simple" and c["op"] == "=" and c["right"]["value"] is not None:
+            c["right"] = {"type": "guard"}
+            break
+    return json.dumps(ast, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _tables(query):

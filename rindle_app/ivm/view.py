@@ -50,6 +50,7 @@ class View:
         self.footprint = Counter()  # (table, pk) -> paths reaching the row
         self._images = {}  # (table, pk) -> row as last shown
         self._guard = root_guard(query)
+        self._subs = {}  # id(level query) -> its subqueries (the query tree never changes)
         self._bound = None
         if query.start is not None:
             self._bound = (order_key(query.order_by)(dict(query.start.row)), query.start.exclusive)
@@ -76,14 +77,22 @@ class View:
             self._admit(row, touched)
         return self._ops(touched)
 
-    def apply(self, changes):
+    def affected_roots(self, changes):
+        """{root pk: [row versions]} of the root rows ``changes`` may alter."""
+        out = {}
+        for table, old, new in changes:
+            for pk, versions in self._affected(self.query, table, old, new).items():
+                out.setdefault(pk, []).extend(versions)
+        return out
+
+    def apply(self, changes, affected=None):
         """
         Bring the view up to date with ``changes`` ((table, old, new) triples that the
         store has already applied); returns the footprint ops of this commit.
+        ``affected``, when the caller already knows them, are the root pks to redo.
         """
-        affected = set()
-        for table, old, new in changes:
-            affected.update(self._affected(self.query, table, old, new))
+        if affected is None:
+            affected = self.affected_roots(changes)
         if not affected:
             return []
         q, touched = self.query, {}
@@ -115,6 +124,12 @@ class View:
         return self._ops(touched)
 
     # --- internals -----------------------------------------------------------------------
+
+    def _subqueries(self, q):
+        subs = self._subs.get(id(q))
+        if subs is None:
+            subs = self._subs[id(q)] = subqueries(q)
+        return subs
 
     def _qualifies(self, row):
         if not self.evaluator.holds(self.query.where, row):
@@ -208,7 +223,7 @@ class View:
             for r in (old, new):
                 if r is not None:
                     out.setdefault(self.store.pk(table, r), []).append(r)
-        for related in subqueries(q):
+        for related in self._subqueries(q):
             below = self._affected(related.subquery, table, old, new)
             for versions in below.values():
                 for version in versions:

@@ -88,9 +88,9 @@ def test_a_change_reaches_its_family_partition_through_the_binding_index(monkeyp
     visited = []
     original = View.apply
 
-    def spy(self, changes):
+    def spy(self, changes, affected=None):
         visited.append(self)
-        return original(self, changes)
+        return original(self, changes, affected)
 
     monkeypatch.setattr(View, "apply", spy)
     outputs, _ = catalog.commit(
@@ -113,6 +113,33 @@ def test_a_change_reaches_its_family_partition_through_the_binding_index(monkeyp
     )
     assert {id(v) for v in visited} == {id(parts[7].view), id(parts[9].view)}
     assert parts[7].view.result() == [] and len(parts[9].view.result()) == 1
+    # A change below the root (a comment) is traced to its issue once for the whole
+    # family, then sent only to the partition holding that issue's owner.
+    catalog_with_comments = Catalog(SCHEMA)
+    catalog_with_comments.load(
+        1,
+        {
+            "issue": [{"id": i, "owner": i, "score": i, "title": "t"} for i in range(30)],
+            "comment": [],
+            "label": [],
+        },
+    )
+    with_comments = FamilyTemplate(
+        {
+            **template.ast,
+            "related": [
+                {
+                    "correlation": {"parentField": ["id"], "childField": ["issue"]},
+                    "subquery": {"table": "comment", "alias": "comments"},
+                }
+            ],
+        }
+    )
+    members = {o: catalog_with_comments.bind("f", with_comments, o) for o in range(30)}
+    visited.clear()
+    catalog_with_comments.commit(2, [("comment", None, {"id": 1, "issue": 12, "body": "hi"})])
+    assert visited == [members[12].view]
+    assert members[12].view.result()[0]["comments"] == [{"id": 1, "issue": 12, "body": "hi"}]
     assert catalog.unbind("byOwner", 9) and catalog.partition("byOwner", 9) is None
 
 
@@ -126,10 +153,10 @@ def test_a_failing_view_faults_only_its_own_query(monkeypatch):
     catalog.attach(bad.key, "s2")
     original = View.apply
 
-    def explode(self, changes):
+    def explode(self, changes, affected=None):
         if self is bad.view:
             raise RuntimeError("bug in an operator")
-        return original(self, changes)
+        return original(self, changes, affected)
 
     monkeypatch.setattr(View, "apply", explode)
     outputs, faults = catalog.commit(
