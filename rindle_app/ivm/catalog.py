@@ -107,10 +107,10 @@ class Catalog:
             self.store.apply(table, old, new)
         self.version = version
         outputs, faults = {}, []
-        for key, affected in self._route(changes).items():
+        for key, (routed, affected) in self._route(changes).items():
             shared = self.queries[key]
             try:
-                ops = shared.view.apply(changes, affected)
+                ops = shared.view.apply(routed, affected)
             except Exception as exc:  # one query's failure must not stop the others
                 logger.exception("rindle ivm: query %s faulted", key)
                 faults.append(self._fault(key, exc))
@@ -244,19 +244,23 @@ class Catalog:
 
     def _route(self, changes):
         """
-        {query key: root pks to redo, or None to work them out}: the views a commit
-        can affect, by table, and for guarded views by the guard value of the root
-        rows a change reaches.
+        {query key: (its changes, root pks to redo or None to work them out)}: the
+        views a commit can affect, by table, and for guarded views by the guard value
+        of the root rows a change reaches. Each view gets only the changes routed to
+        it, so a bulk commit costs per view what concerns that view.
         """
         routes = {}
 
         def send(key, pks):
             if key not in self.queries:
                 return
-            if pks is None or routes.get(key, ()) is None:
-                routes[key] = None
+            routed, known = routes.setdefault(key, ([], set()))
+            if not routed or routed[-1] is not change:
+                routed.append(change)
+            if pks is None or known is None:
+                routes[key] = (routed, None)
             else:
-                routes.setdefault(key, set()).update(pks)
+                known.update(pks)
 
         for change in changes:
             table, old, new = change

@@ -8,7 +8,7 @@ import pytest
 
 from rindle_app.ivm.compare import COMPARATOR_VERSION, compare, like, matches, sort_key
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "compare-vectors.json"
+VECTORS = Path(__file__).resolve().parents[1] / "conformance" / "compare-vectors.json"
 
 
 def decode(value):

@@ -8,8 +8,11 @@ import pytest
 from django.core.management import call_command
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parents[2] / "shared" / "conformance" / "diff"
-ORIGINAL = sorted(SHARED.glob("*.json"))
+# The original's recorded fixtures (Apache-2.0 data), kept in the repository so the
+# suite never depends on where shared/ happens to be; test_conformance_copy checks
+# the copy against ../shared when that is present.
+CONFORMANCE = HERE.parent / "conformance" / "diff"
+ORIGINAL = sorted(CONFORMANCE.glob("*.json"))
 OURS = sorted((HERE / "fixtures").glob("*.json"))
 
 

@@ -22,7 +22,7 @@ from rindle_app.ivm.sql import compile_query, run_query
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = sorted((HERE.parents[2] / "shared" / "conformance" / "diff").glob("*.json")) + sorted(
+FIXTURES = sorted((HERE.parent / "conformance" / "diff").glob("*.json")) + sorted(
     (HERE / "fixtures").glob("*.json")
 )
 
