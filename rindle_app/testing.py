@@ -34,3 +34,32 @@ class running:
 
     def __exit__(self, *exc):
         self.engine.close()
+
+
+class hold_writer:
+    """
+    ``with hold_writer(engine):`` — the writer thread is busy until the block ends, so
+    requests submitted inside it queue up and commit together (a group commit) after.
+    """
+
+    def __init__(self, engine, timeout=10):
+        self.engine = engine
+        self.timeout = timeout
+
+    def __enter__(self):
+        import threading
+
+        entered, self._release = threading.Event(), threading.Event()
+
+        def gate(tx):
+            entered.set()
+            self._release.wait(self.timeout)
+
+        self._request = self.engine.submit(gate)
+        if not entered.wait(self.timeout):
+            raise TimeoutError("the writer did not pick up the gate")
+        return self
+
+    def __exit__(self, *exc):
+        self._release.set()
+        self.engine.wait(self._request)

@@ -7,6 +7,7 @@ from django.db import connection, connections, transaction
 
 from project.demo.models import User
 from rindle_app.engine import InvalidInput, MutationRejected, mutator
+from rindle_app.testing import hold_writer
 
 
 @mutator("t_ormThenReject")
@@ -14,18 +15,6 @@ def orm_then_reject(tx, args, user):
     User.objects.create(id=args["id"], name="via ORM")
     if args.get("reject"):
         raise MutationRejected("no")
-
-
-def hold_writer(engine):
-    entered, release = threading.Event(), threading.Event()
-
-    def gate(tx):
-        entered.set()
-        release.wait(10)
-
-    request = engine.submit(gate)
-    assert entered.wait(10)
-    return release, request
 
 
 def test_orm_calls_in_an_inline_mutator_join_its_transaction(engine):
@@ -36,28 +25,27 @@ def test_orm_calls_in_an_inline_mutator_join_its_transaction(engine):
     assert list(User.objects.values_list("id", flat=True)) == ["kept"]
 
 
-def test_orm_calls_in_a_queued_mutator_join_its_savepoint(engine):
-    """Queued behind another request, the same mutator is rolled back alone."""
-    release, gate = hold_writer(engine)
+def test_orm_calls_in_a_queued_mutator_roll_back_alone_in_a_group_commit(engine):
+    """In one group commit, a rejected mutator's ORM writes go; its neighbour's stay."""
     results = {}
 
-    def send(mid, args):
-        results[mid] = engine.mutate("c1", mid, "t_ormThenReject", args)
+    def send(client, args):
+        results[client] = engine.mutate(client, 1, "t_ormThenReject", args)
 
-    first = threading.Thread(target=send, args=(1, {"id": "a"}))
-    first.start()
-    while engine.queue_depth < 1:
-        pass
-    second = threading.Thread(target=send, args=(1, {"id": "b"}))  # a concurrent resend
-    second.start()
-    while engine.queue_depth < 2:
-        pass
-    release.set()
-    engine.wait(gate)
-    first.join(10)
-    second.join(10)
-    assert sorted(r.status for r in results.values()) in (["absorbed"], ["applied"])
-    assert list(User.objects.values_list("id", flat=True)) in (["a"], ["b"])
+    with hold_writer(engine):
+        senders = [
+            threading.Thread(target=send, args=("c1", {"id": "gone", "reject": True})),
+            threading.Thread(target=send, args=("c2", {"id": "kept"})),
+        ]
+        for t in senders:
+            t.start()
+        while engine.queue_depth < 2:
+            pass
+    for t in senders:
+        t.join(10)
+    assert (results["c1"].status, results["c2"].status) == ("rejected", "applied")
+    assert list(User.objects.values_list("id", flat=True)) == ["kept"]
+    assert engine.client_lmid("c1") == engine.client_lmid("c2") == 1
 
 
 def test_the_callers_own_connection_is_restored_after_an_inline_write(engine):

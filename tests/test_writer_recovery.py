@@ -1,12 +1,11 @@
 """The writer survives failures that only show at COMMIT, and unexpected ones."""
 
-import threading
-
 import pytest
 from django.db import IntegrityError, connection
 
 from rindle_app.engine import mutator
 from rindle_app.engine.writer import Writer
+from rindle_app.testing import hold_writer
 
 
 @pytest.fixture
@@ -38,19 +37,6 @@ def child_ids():
         return [r[0] for r in cursor.fetchall()]
 
 
-def hold_writer(engine):
-    """Block the writer until the returned event is set, so later requests group."""
-    entered, release = threading.Event(), threading.Event()
-
-    def gate(tx):
-        entered.set()
-        release.wait(10)
-
-    request = engine.submit(gate)
-    assert entered.wait(10)
-    return release, request
-
-
 def test_a_deferred_constraint_violation_is_a_rejection_that_advances_lmid(deferred_fk):
     """A mutation whose insert breaks a deferred foreign key is rejected; its lmid moves on."""
     engine = deferred_fk
@@ -65,14 +51,12 @@ def test_a_deferred_constraint_violation_is_a_rejection_that_advances_lmid(defer
 def test_one_bad_commit_in_a_group_does_not_sink_the_others(deferred_fk):
     """Requests grouped with one whose commit fails still land; only the culprit fails."""
     engine = deferred_fk
-    release, gate = hold_writer(engine)
-    good = [
-        engine.submit(lambda tx, i=i: tx.insert("fk_child", {"id": f"g{i}", "parent": "p1"}))
-        for i in range(5)
-    ]
-    bad = engine.submit(lambda tx: tx.insert("fk_child", {"id": "bad", "parent": "missing"}))
-    release.set()
-    engine.wait(gate)
+    with hold_writer(engine):
+        good = [
+            engine.submit(lambda tx, i=i: tx.insert("fk_child", {"id": f"g{i}", "parent": "p1"}))
+            for i in range(5)
+        ]
+        bad = engine.submit(lambda tx: tx.insert("fk_child", {"id": "bad", "parent": "missing"}))
     for request in good:
         engine.wait(request)
     with pytest.raises(IntegrityError):
