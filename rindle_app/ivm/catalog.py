@@ -187,8 +187,7 @@ class Catalog:
         if shared is None:
             return []
         evaluator = Evaluator(StoreSource(self.store), self.schema, render="snapshot")
-        members = list(shared.view._members)
-        nodes = [evaluator.node(shared.query, row) for row in members]
+        nodes = [evaluator.node(shared.query, row) for row in shared.view.rows()]
         if shared.query.one:
             return nodes[0] if nodes else None
         return nodes

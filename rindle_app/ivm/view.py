@@ -22,7 +22,7 @@ from sortedcontainers import SortedKeyList
 
 from .ast import And, Simple, subqueries
 from .compare import sort_key
-from .evaluate import Evaluator, compare_rows
+from .evaluate import Evaluator
 from .store import index_key, order_key
 
 
@@ -63,6 +63,10 @@ class View:
         if self.query.one:
             return nodes[0] if nodes else None
         return nodes
+
+    def rows(self):
+        """The root rows of the view, in view order."""
+        return list(self._members)
 
     def footprint_rows(self):
         """Every (table, row) the view shows, once each: a late subscriber's seq 0."""
@@ -242,4 +246,4 @@ def root_guard(query):
     return None
 
 
-__all__ = ["StoreSource", "View", "compare_rows", "root_guard"]
+__all__ = ["StoreSource", "View", "root_guard"]
