@@ -66,13 +66,29 @@ class Evaluator:
         # rendered, synthetic count rows included: how views learn their footprint.
         self.visit = None
 
-    def select(self, query, candidates):
-        """The rows of one level: filtered, ordered, bounded by start and limit."""
+    def select(self, query, candidates, *, ordered=False):
+        """
+        The rows of one level: filtered, ordered, bounded by start and limit.
+        ``ordered`` candidates are already in the level's order, so taking a window
+        stops at its limit instead of sorting every candidate.
+        """
+        bound = dict(query.start.row) if query.start is not None else None
+        floor = 1 if query.start is not None and query.start.exclusive else 0
+        if ordered:
+            kept = []
+            if query.limit == 0:
+                return kept
+            for r in candidates:
+                if bound is not None and compare_rows(query.order_by, r, bound) < floor:
+                    continue
+                if self.holds(query.where, r):
+                    kept.append(r)
+                    if query.limit is not None and len(kept) >= query.limit:
+                        break
+            return kept
         kept = [r for r in candidates if self.holds(query.where, r)]
         kept.sort(key=cmp_to_key(lambda a, b: compare_rows(query.order_by, a, b)))
-        if query.start is not None:
-            bound = dict(query.start.row)
-            floor = 1 if query.start.exclusive else 0
+        if bound is not None:
             kept = [r for r in kept if compare_rows(query.order_by, r, bound) >= floor]
         if query.limit is not None:
             kept = kept[: query.limit]
@@ -94,8 +110,10 @@ class Evaluator:
         if isinstance(condition, Or):
             return any(self.holds(c, row) for c in condition.conditions)
         if isinstance(condition, Exists):
-            found = bool(
-                self.select(condition.related.subquery, self.children(condition.related, row))
+            sub = condition.related.subquery
+            # Existence needs no order (an EXISTS subquery carries no start).
+            found = sub.limit != 0 and any(
+                self.holds(sub.where, c) for c in self.children(condition.related, row)
             )
             return found != condition.negated
         raise TypeError(f"not a condition: {condition!r}")
@@ -109,16 +127,21 @@ class Evaluator:
         out = {"cols": cells} if self.render == "snapshot" else dict(cells)
         for related in query.visible_related:
             sub = related.subquery
-            kids = self.children(related, row)
             if sub.aggregate is not None:
-                out[sub.alias] = value = self.aggregate(sub, kids)
+                out[sub.alias] = value = self.aggregate(sub, self.children(related, row))
                 if self.visit is not None and sub.aggregate == "count" and value:
                     # A count syncs as a row of its synthetic table, never as children.
                     self.visit(
                         agg_table_name(related), agg_row(related, row, value), related.child_fields
                     )
             else:
-                nodes = self.level(sub, kids)
+                window = getattr(self.source, "window", None)
+                ordered = window(related, row) if window is not None else None
+                if ordered is not None:
+                    rows = self.select(sub, ordered, ordered=True)
+                else:
+                    rows = self.select(sub, self.children(related, row))
+                nodes = [self.node(sub, r) for r in rows]
                 out[sub.alias] = (nodes[0] if nodes else None) if sub.one else nodes
         return out
 

@@ -109,7 +109,10 @@ class MemoryStore:
             else:
                 rows = self.lookup(table, (column,), value)
             ordered = SortedKeyList(rows, key=order_key(order_by))
-            by_value[value] = ordered
+            # A guarded list is kept only while it holds rows (see _unindex), so lists
+            # for values that come and go never pile up.
+            if guard is None or ordered:
+                by_value[value] = ordered
         return ordered
 
     # --- writing ---------------------------------------------------------------------
@@ -136,18 +139,19 @@ class MemoryStore:
             self._index(table, pk, new)
 
     def _orders_of(self, table, row):
-        """The ordered lists that hold ``row``: one per (order, guard column)."""
+        """(lists, value, list) holding ``row``: one per (order, guard column) kept."""
         for (_order_by, column), by_value in self._orders.get(table, {}).items():
-            ordered = by_value.get(None if column is None else index_key(row, (column,)))
+            value = None if column is None else index_key(row, (column,))
+            ordered = by_value.get(value)
             if ordered is not None:
-                yield ordered
+                yield by_value, value, ordered
 
     def _index(self, table, pk, row):
         for columns, index in self._lookups.get(table, {}).items():
             k = index_key(row, columns)
             if k is not None:
                 index.setdefault(k, {})[pk] = row
-        for ordered in self._orders_of(table, row):
+        for _by_value, _value, ordered in self._orders_of(table, row):
             ordered.add(row)
 
     def _unindex(self, table, pk, row):
@@ -158,5 +162,7 @@ class MemoryStore:
                 bucket.pop(pk, None)
                 if not bucket:
                     del index[k]
-        for ordered in self._orders_of(table, row):
+        for by_value, value, ordered in list(self._orders_of(table, row)):
             ordered.remove(row)
+            if not ordered and value is not None:
+                del by_value[value]

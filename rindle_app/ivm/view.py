@@ -36,6 +36,19 @@ class StoreSource:
         key = index_key(parent, related.parent_fields)
         return self.store.lookup(related.subquery.table, related.child_fields, key)
 
+    def window(self, related, parent):
+        """
+        ``parent``'s children already in the subquery's order (an ordered index per
+        correlation value), or None where no such index applies (several columns).
+        """
+        if len(related.child_fields) != 1:
+            return None
+        key = index_key(parent, related.parent_fields)
+        if key is None:
+            return ()
+        sub = related.subquery
+        return self.store.ordered(sub.table, sub.order_by, (related.child_fields[0], key))
+
 
 class View:
     """The maintained view of one normalized query over a ``MemoryStore``."""

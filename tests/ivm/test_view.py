@@ -396,3 +396,39 @@ def rows_of_plain(rng, table):
         }
     other = "body" if table == "comment" else "name"
     return {"id": rng.randint(1, 60), "issue": rng.randint(1, 60), other: rng.choice("abcde")}
+
+
+def test_a_child_window_costs_its_limit_not_the_parents_child_count(monkeypatch):
+    """Adding a comment to an issue with 5,000 comments examines a handful of them, not all."""
+    query = parse(
+        {
+            "table": "issue",
+            "related": [
+                {
+                    "correlation": {"parentField": ["id"], "childField": ["issue"]},
+                    "subquery": {
+                        "table": "comment",
+                        "alias": "recent",
+                        "orderBy": [["body", "desc"]],
+                        "limit": 3,
+                    },
+                }
+            ],
+        },
+        SCHEMA,
+    )
+    store = MemoryStore(SCHEMA)
+    store.load("issue", [{"id": 1, "owner": 1, "score": 1, "title": "t"}])
+    store.load("comment", [{"id": i, "issue": 1, "body": f"{i:05}"} for i in range(1, 5001)])
+    view = View(query, store)
+    view.hydrate()
+    examined = []
+    original = Evaluator.holds
+    monkeypatch.setattr(
+        Evaluator, "holds", lambda self, c, row: examined.append(row) or original(self, c, row)
+    )
+    change = ("comment", None, {"id": 9999, "issue": 1, "body": "99999"})
+    store.apply(*change)
+    view.apply([change])
+    assert [c["id"] for c in view.result()[0]["recent"]] == [9999, 5000, 4999]
+    assert len(examined) < 20
