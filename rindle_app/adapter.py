@@ -13,6 +13,20 @@ class RindleAdapter:
         """Return False (or raise PermissionDenied) to reject a client mutation."""
         return True
 
+    def authorize_query(self, user, name, args):
+        """Return False (or raise PermissionDenied) to refuse named query ``name``."""
+        return True
+
+    def read_rules(self, user):
+        """
+        Per-table read rules for ``user``: {table: condition} in the wire AST's
+        condition form (see ``rindle_app.ivm.builder``). Each rule is ANDed into
+        every query level over its table, so a hidden row is neither sent nor
+        counted nor usable in an EXISTS. Use ``exists(..., system="permissions")``
+        for a rule that needs another table (a membership, say) without syncing it.
+        """
+        return {}
+
 
 def get_adapter():
     from .conf import rindle_settings

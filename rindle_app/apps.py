@@ -19,4 +19,5 @@ class RindleConfig(AppConfig):
         from .signals import install_capture_after_migrate
 
         autodiscover_modules(rindle_settings.MUTATORS_MODULE)
+        autodiscover_modules(rindle_settings.QUERIES_MODULE)
         post_migrate.connect(install_capture_after_migrate, sender=self)

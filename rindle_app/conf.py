@@ -13,6 +13,8 @@ DEFAULTS = {
     "ADAPTER": "rindle_app.adapter.RindleAdapter",
     # Module name looked up in every installed app for @mutator definitions.
     "MUTATORS_MODULE": "mutators",
+    # Module name looked up in every installed app for @named_query definitions.
+    "QUERIES_MODULE": "queries",
     # Largest accepted JSON encoding of a mutation's args, in bytes.
     "MAX_ARGS_BYTES": 64 * 1024,
     # Requests the writer accepts before callers are told to back off.
@@ -26,6 +28,20 @@ DEFAULTS = {
     "SQLITE_SYNCHRONOUS": "NORMAL",
     # Milliseconds the writer waits on a SQLite lock held by another process.
     "SQLITE_BUSY_TIMEOUT_MS": 5000,
+    # Seconds between outbox polls for writes made by other processes (this
+    # process's own commits wake the live queries at once).
+    "POLL_INTERVAL": 0.01,
+    # Largest websocket text frame accepted from a client, in bytes.
+    "WS_MAX_FRAME_BYTES": 256 * 1024,
+    # Client frames per second a connection may send (a token bucket of this rate
+    # and WS_BURST); frames beyond it are refused with an error.
+    "WS_RATE": 50,
+    "WS_BURST": 200,
+    # Messages queued for a connection before it is shed (its subscriptions dropped,
+    # each told "shed" to re-subscribe later) instead of holding memory or others.
+    "WS_MAX_QUEUED_MESSAGES": 256,
+    # retryAfterMs a shed subscription is given.
+    "WS_SHED_RETRY_MS": 1000,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

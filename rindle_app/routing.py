@@ -1,3 +1,7 @@
-"""Websocket routes of rindle (the live-query consumer lands at /ws/rindle/)."""
+"""Websocket routes of rindle: include ``websocket_urlpatterns`` in the ASGI router."""
 
-websocket_urlpatterns = []
+from django.urls import path
+
+from .realtime.consumer import RindleConsumer
+
+websocket_urlpatterns = [path("ws/rindle/", RindleConsumer.as_asgi())]

@@ -93,6 +93,13 @@ class Engine:
         """
         return self._writer.write(fn, fallback)
 
+    def add_commit_listener(self, fn):
+        """Call ``fn(cv)`` right after each commit of this engine (keep it cheap)."""
+        self._writer.add_commit_listener(fn)
+
+    def remove_commit_listener(self, fn):
+        self._writer.remove_commit_listener(fn)
+
     def submit(self, fn, fallback=None):
         """Queue ``fn(tx)`` for the writer thread; ``wait()`` on the result."""
         return self._writer.submit(fn, fallback)

@@ -104,6 +104,15 @@ class Writer:
         self._prepared = None
         self._thread = None
         self._closed = False
+        self._listeners = []
+
+    def add_commit_listener(self, fn):
+        """Call ``fn(cv)`` after every commit (on the committing thread; keep it cheap)."""
+        self._listeners.append(fn)
+
+    def remove_commit_listener(self, fn):
+        if fn in self._listeners:
+            self._listeners.remove(fn)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -305,6 +314,11 @@ class Writer:
             return self._recover(pending, culprit, exc)
         for req, value, exc in outcomes:
             req.finish(value=value, error=exc, cv=cv)
+        for listener in tuple(self._listeners):
+            try:
+                listener(cv)
+            except Exception:  # a listener's bug must not fail a committed write
+                logger.exception("rindle writer: commit listener failed")
         return []
 
     @staticmethod

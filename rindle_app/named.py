@@ -1,0 +1,194 @@
+"""
+Named queries: the only queries a client can ask for.
+
+A browser never sends an AST. It sends a name and arguments; the server validates
+the arguments, builds the AST with the acting user in a context (never in the
+arguments), asks the adapter whether the user may run it, and compiles the
+adapter's per-table read rules into every level of the AST. So two users share a
+live query only when they may see the same rows, and a row a user may not read
+cannot reach them through a relationship, an EXISTS or a count::
+
+    from rest_framework import serializers
+    from rindle_app.named import named_query
+    from rindle_app.ivm.builder import table
+
+    class PageArgs(serializers.Serializer):
+        limit = serializers.IntegerField(min_value=1, max_value=500)
+
+    @named_query("latestIssues", args=PageArgs)
+    def latest_issues(args, ctx):
+        return table("issue").order_by("createdAt", "desc").limit(args["limit"])
+
+``args`` is a DRF serializer class (the arguments are an object), a serializer
+field instance (any other JSON value, such as a bare id), or None (the query takes
+no arguments: null, {} or a missing value). Modules named ``RINDLE["QUERIES_MODULE"]``
+("queries") in installed apps are imported at startup.
+"""
+
+import copy
+import json
+from dataclasses import dataclass
+
+from django.core.exceptions import PermissionDenied
+from rest_framework import serializers
+
+from .adapter import get_adapter
+from .conf import rindle_settings
+from .engine.mutations import LEDGER
+
+LMID_QUERY_NAME = "_rindle/clientLmid"
+
+_registry = {}
+
+
+class QueryRefused(Exception):
+    """A named query that cannot be run: ``code`` is unknown_query, invalid_args or unauthorized."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a query builder may know about who asks: never part of the arguments."""
+
+    user: object = None
+    client_id: str = None
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    name: str
+    build: object
+    args: object = None
+
+    def validate(self, args):
+        spec = self.args
+        if spec is None:
+            if args not in (None, {}):
+                raise QueryRefused(f"query {self.name!r} takes no arguments", "invalid_args")
+            return None
+        if isinstance(spec, type) and issubclass(spec, serializers.BaseSerializer):
+            if not isinstance(args, dict):
+                raise QueryRefused(
+                    f"query {self.name!r} takes an object of arguments", "invalid_args"
+                )
+            serializer = spec(data=args)
+            if not serializer.is_valid():
+                raise QueryRefused(
+                    f"bad arguments for {self.name!r}: {_errors(serializer.errors)}",
+                    "invalid_args",
+                )
+            return serializer.validated_data
+        try:
+            return spec.run_validation(args)
+        except serializers.ValidationError as exc:
+            raise QueryRefused(
+                f"bad arguments for {self.name!r}: {_errors(exc.detail)}", "invalid_args"
+            ) from None
+
+
+def named_query(name, *, args=None):
+    """Register ``fn(args, ctx)`` (returning a builder query or a wire AST dict) as ``name``."""
+    if not isinstance(name, str) or not name or name.startswith("_rindle/"):
+        raise ValueError(f"invalid named query name {name!r}")
+
+    def register(fn):
+        _registry[name] = NamedQuery(name, fn, args)
+        return fn
+
+    return register
+
+
+def registered():
+    """{name: NamedQuery} of every registered query."""
+    return dict(_registry)
+
+
+def lmid_ast(client_id):
+    """The system query every optimistic client subscribes: its own lmid row."""
+    return {
+        "table": LEDGER,
+        "where": {
+            "type": "simple",
+            "op": "=",
+            "left": {"type": "column", "name": "client_id"},
+            "right": {"type": "literal", "value": client_id},
+        },
+    }
+
+
+def resolve(name, args, user=None, *, client_id=None):
+    """
+    The wire AST of named query ``name`` for ``user``, permissions compiled in.
+    Raises ``QueryRefused`` for an unknown name, bad arguments or a refused user.
+    """
+    if name == LMID_QUERY_NAME:
+        if not client_id:
+            raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", "invalid_args")
+        return lmid_ast(client_id)
+    if not isinstance(name, str) or name not in _registry:
+        raise QueryRefused(f"unknown query {name!r}", "unknown_query")
+    entry = _registry[name]
+    try:
+        encoded = json.dumps(args)
+    except (TypeError, ValueError):
+        raise QueryRefused("arguments must be JSON", "invalid_args") from None
+    if len(encoded.encode()) > int(rindle_settings.MAX_ARGS_BYTES):
+        raise QueryRefused("arguments are too large", "invalid_args")
+    clean = entry.validate(args)
+    adapter = get_adapter()
+    try:
+        allowed = adapter.authorize_query(user, name, clean)
+    except PermissionDenied as exc:
+        raise QueryRefused(str(exc) or f"not allowed to read {name!r}", "unauthorized") from None
+    if allowed is False:
+        raise QueryRefused(f"not allowed to read {name!r}", "unauthorized")
+    built = entry.build(clean, Context(user=user, client_id=client_id))
+    ast = built.build() if hasattr(built, "build") else copy.deepcopy(built)
+    return compile_permissions(ast, adapter.read_rules(user) or {})
+
+
+def compile_permissions(ast, rules):
+    """
+    AND each table's read rule ({table: condition}) into every query level over
+    that table: the root, related subqueries (counts included) and EXISTS
+    subqueries, so no path shows or counts a row the rule hides. Subqueries inside
+    a rule are left as written.
+    """
+    if not rules:
+        return ast
+    ast = copy.deepcopy(ast)
+    _gate(ast, rules)
+    return ast
+
+
+def _gate(query, rules):
+    where = query.get("where")
+    if where is not None:
+        _gate_condition(where, rules)
+    for related in query.get("related") or ():
+        _gate(related["subquery"], rules)
+    rule = rules.get(query.get("table"))
+    if rule is not None:
+        rule = copy.deepcopy(rule)
+        query["where"] = rule if where is None else {"type": "and", "conditions": [where, rule]}
+
+
+def _gate_condition(condition, rules):
+    kind = condition.get("type")
+    if kind in ("and", "or"):
+        for c in condition.get("conditions") or ():
+            _gate_condition(c, rules)
+    elif kind == "correlatedSubquery":
+        _gate(condition["related"]["subquery"], rules)
+
+
+def _errors(detail):
+    if isinstance(detail, dict):
+        return "; ".join(f"{k}: {_errors(v)}" for k, v in detail.items())
+    if isinstance(detail, list):
+        return ", ".join(_errors(d) for d in detail)
+    return str(detail)

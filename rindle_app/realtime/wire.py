@@ -1,0 +1,114 @@
+"""
+Encoding of server frames: positional rows, and frame text built once per payload.
+
+A commit's ops for one shared query are JSON-encoded once; each subscriber's
+frame is that text wrapped with its own queryId, epoch and seq, so fan-out to many
+subscribers costs a string format each, not an encode.
+"""
+
+import json
+
+from ..ivm.compare import COMPARATOR_VERSION
+from ..ivm.normalized import normalized_fp, normalized_table_schemas
+
+
+def dumps(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class NormalizedShape:
+    """The normalized hello of one query and the positional encoding of its rows."""
+
+    def __init__(self, query, schema):
+        self.tables = normalized_table_schemas(query, schema)
+        self.fp = normalized_fp(self.tables)
+        self.columns = {t["name"]: t["columns"] for t in self.tables}
+        self.json_columns = {}
+        for t in self.tables:
+            table = schema.get(t["name"]) if t["name"] in schema else None
+            if table is not None:
+                self.json_columns[t["name"]] = {c.name for c in table.columns if c.type == "json"}
+        self.tables_json = dumps(self.tables)
+
+    def cells(self, table, row):
+        columns = self.columns[table]
+        json_columns = self.json_columns.get(table)
+        if not json_columns:
+            return [row.get(c) for c in columns]
+        return [_json_cell(row.get(c)) if c in json_columns else row.get(c) for c in columns]
+
+    def ops(self, ops):
+        """View ops (rows as dicts) as wire ops (rows positional)."""
+        out = []
+        for op in ops:
+            table = op["table"]
+            if op["op"] == "edit":
+                out.append(
+                    {
+                        "table": table,
+                        "op": "edit",
+                        "old": self.cells(table, op["old"]),
+                        "new": self.cells(table, op["new"]),
+                    }
+                )
+            else:
+                out.append({"table": table, "op": op["op"], "row": self.cells(table, op["row"])})
+        return out
+
+
+def _json_cell(value):
+    # JSON columns travel as their raw JSON text.
+    if value is None or isinstance(value, str):
+        return value
+    return dumps(value)
+
+
+def nhello(query_id, epoch, shape, boot_id):
+    return (
+        f'{{"t":"nhello","queryId":{query_id},"hello":{{"epoch":{epoch},'
+        f'"comparatorVersion":{COMPARATOR_VERSION},"tables":{shape.tables_json},'
+        f'"normalizedFp":"{shape.fp}"}},"bootId":{dumps(boot_id)}}}'
+    )
+
+
+def nbatch(query_id, epoch, seq, fp, ops_json, cv):
+    return (
+        f'{{"t":"nbatch","queryId":{query_id},"batch":{{"epoch":{epoch},"seq":{seq},'
+        f'"normalizedFp":"{fp}","ops":{ops_json},"cv":{cv}}}}}'
+    )
+
+
+def hello(query_id, hello_json, boot_id):
+    return f'{{"t":"hello","queryId":{query_id},"hello":{hello_json},"bootId":{dumps(boot_id)}}}'
+
+
+def batch(query_id, epoch, seq, fp, events_json, cv):
+    return (
+        f'{{"t":"batch","queryId":{query_id},"batch":{{"epoch":{epoch},"seq":{seq},'
+        f'"schemaFp":"{fp}","events":{events_json},"cv":{cv}}}}}'
+    )
+
+
+def progress(cv):
+    return f'{{"t":"progress","frame":{{"cvMin":{cv}}}}}'
+
+
+def query_error(query_id, message, code, retryable=False, retry_after_ms=None):
+    frame = {
+        "t": "queryError",
+        "queryId": query_id,
+        "message": message,
+        "code": code,
+        "retryable": retryable,
+    }
+    if retry_after_ms is not None:
+        frame["retryAfterMs"] = retry_after_ms
+    return dumps(frame)
+
+
+def error(message, code, query_id=None, **extra):
+    frame = {"t": "error", "message": message, "code": code}
+    if query_id is not None:
+        frame["queryId"] = query_id
+    frame.update(extra)
+    return dumps(frame)

@@ -1,0 +1,376 @@
+"""
+The websocket protocol at /ws/rindle/, through the project's ASGI stack (origin
+validation, sessions, the consumer, the hub and the channel layer).
+"""
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from project.demo.models import Issue, Tag, User
+from rindle_app.ivm.normalized import normalized_fp
+from rindle_app.testing import outbox_high_water
+
+from .conftest import ORIGIN, Client
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+db = sync_to_async
+
+
+def users_ops(batch):
+    return sorted((op["op"], tuple(op.get("row") or op.get("new"))) for op in batch["ops"])
+
+
+async def subscribe(client, query_id, name, args=None, mode="normalized"):
+    await client.send(
+        {"t": "subscribe", "queryId": query_id, "name": name, "args": args, "mode": mode}
+    )
+    return await client.recv_until("progress")
+
+
+async def test_seq0_hello_snapshot_then_progress(live):
+    await db(User.objects.create)(id="u1", name="Ada")
+    client = Client()
+    assert await client.connect()
+    hello, snap, progress = await subscribe(client, 7, "users")
+    assert hello["t"] == "nhello" and hello["queryId"] == 7
+    assert hello["bootId"] == live.boot_id
+    tables = hello["hello"]["tables"]
+    assert tables == [{"name": "user", "columns": ["id", "name"], "primaryKey": [0]}]
+    assert hello["hello"]["normalizedFp"] == normalized_fp(tables)
+    assert hello["hello"]["comparatorVersion"] == 2 and hello["hello"]["epoch"] == 1
+    assert snap["t"] == "nbatch" and snap["batch"]["seq"] == 0
+    assert snap["batch"]["ops"] == [{"table": "user", "op": "add", "row": ["u1", "Ada"]}]
+    high = await db(outbox_high_water)()
+    assert snap["batch"]["cv"] == high
+    assert progress == {"t": "progress", "frame": {"cvMin": high}}
+    await client.close()
+
+
+async def test_empty_snapshot_is_still_sent(live):
+    client = Client()
+    assert await client.connect()
+    hello, snap, progress = await subscribe(client, 1, "users")
+    assert snap["batch"]["seq"] == 0 and snap["batch"]["ops"] == []
+    assert progress["frame"]["cvMin"] == snap["batch"]["cv"]
+    await client.close()
+
+
+async def test_orm_writes_arrive_as_increments_and_empty_commits_send_nothing(live):
+    client = Client()
+    assert await client.connect()
+    await subscribe(client, 1, "users")
+    await db(User.objects.create)(id="u1", name="Ada")
+    batch, progress = await client.recv_until("progress")
+    assert batch["batch"]["seq"] == 1 and batch["batch"]["epoch"] == 1
+    assert batch["batch"]["ops"] == [{"table": "user", "op": "add", "row": ["u1", "Ada"]}]
+    assert progress["frame"]["cvMin"] == batch["batch"]["cv"] == await db(outbox_high_water)()
+    # a commit the query cannot see: no frame, no seq consumed
+    await db(Issue.objects.create)(
+        id="i1",
+        title="t",
+        status="todo",
+        priority="low",
+        owner_id="u1",
+        created_at=1.0,
+        updated_at=1.0,
+    )
+    assert await client.nothing()
+    await db(User.objects.filter(id="u1").update)(name="Grace")
+    batch, progress = await client.recv_until("progress")
+    assert batch["batch"]["seq"] == 2
+    assert batch["batch"]["ops"] == [
+        {"table": "user", "op": "edit", "old": ["u1", "Ada"], "new": ["u1", "Grace"]}
+    ]
+    await db(User.objects.filter(id="u1").delete)()
+    batch, _ = await client.recv_until("progress")
+    assert batch["batch"]["seq"] == 3
+    assert batch["batch"]["ops"] == [{"table": "user", "op": "remove", "row": ["u1", "Grace"]}]
+    await client.close()
+
+
+async def test_resubscribe_bumps_the_epoch_and_restarts_at_seq0(live):
+    client = Client()
+    assert await client.connect()
+    await subscribe(client, 3, "users")
+    await db(User.objects.create)(id="u1", name="Ada")
+    await client.recv_until("progress")
+    hello, snap, _ = await subscribe(client, 3, "users")
+    assert hello["hello"]["epoch"] == 2
+    assert snap["batch"]["epoch"] == 2 and snap["batch"]["seq"] == 0
+    assert [op["row"] for op in snap["batch"]["ops"]] == [["u1", "Ada"]]
+    await db(User.objects.create)(id="u2", name="Bob")
+    batch, _ = await client.recv_until("progress")
+    assert (batch["batch"]["epoch"], batch["batch"]["seq"]) == (2, 1)
+    await client.close()
+
+
+async def test_unsubscribe_stops_frames(live):
+    client = Client()
+    assert await client.connect()
+    await subscribe(client, 1, "users")
+    await client.send({"t": "unsubscribe", "queryId": 1})
+    await client.nothing(0.1)
+    await db(User.objects.create)(id="u1", name="Ada")
+    assert await client.nothing()
+    await client.close()
+
+
+async def test_progress_only_for_connections_whose_data_changed(live):
+    a, b = Client(), Client()
+    assert await a.connect() and await b.connect()
+    await subscribe(a, 1, "users")
+    await subscribe(b, 1, "tagOptions")
+    await db(User.objects.create)(id="u1", name="Ada")
+    frames = await a.recv_until("progress")
+    assert [f["t"] for f in frames] == ["nbatch", "progress"]
+    assert await b.nothing()
+    await a.close()
+    await b.close()
+
+
+async def test_two_subscribers_share_one_query_and_see_the_same_ops(live):
+    from rindle_app.realtime.hub import get_hub
+
+    a, b = Client(), Client()
+    assert await a.connect() and await b.connect()
+    await subscribe(a, 1, "users")
+    await subscribe(b, 9, "users")
+    hub = await db(get_hub)()
+    assert len(hub.catalog.queries) == 1
+    await db(User.objects.create)(id="u1", name="Ada")
+    fa, _ = await a.recv_until("progress")
+    fb, _ = await b.recv_until("progress")
+    assert fa["batch"]["ops"] == fb["batch"]["ops"]
+    assert (fa["queryId"], fb["queryId"]) == (1, 9)
+    await a.close()
+    await b.close()
+    assert await db(lambda: len(hub.catalog.queries))() == 0
+
+
+async def test_a_named_query_with_relationships_and_counts(live):
+    await db(User.objects.create)(id="u1", name="Ada")
+    await db(Issue.objects.create)(
+        id="i1",
+        title="First",
+        status="todo",
+        priority="low",
+        owner_id="u1",
+        created_at=1.0,
+        updated_at=1.0,
+    )
+    client = Client()
+    assert await client.connect()
+    hello, snap, _ = await subscribe(client, 1, "issuesPage", {"limit": 10})
+    names = [t["name"] for t in hello["hello"]["tables"]]
+    assert names == sorted(names) and {"issue", "user", "tag"} <= set(names)
+    assert any(n.startswith("__agg") or "agg" in n for n in names)
+    tables = {op["table"] for op in snap["batch"]["ops"]}
+    assert {"issue", "user"} <= tables
+    await db(Tag.objects.create)(id="t1", issue_id="i1", name="ui")
+    batch, _ = await client.recv_until("progress")
+    assert {"table": "tag", "op": "add", "row": ["t1", "i1", "ui"]} in batch["batch"]["ops"]
+    await client.close()
+
+
+# --- mutations and the lmid system query ------------------------------------------------
+
+
+async def test_push_mutation_confirms_through_the_lmid_query(live):
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "init", "clientID": "c1"})
+    hello, snap, _ = await subscribe(client, 0, "_rindle/clientLmid", {})
+    assert hello["hello"]["tables"] == [
+        {
+            "name": "_rindle_client_mutations",
+            "columns": ["client_id", "last_mutation_id"],
+            "primaryKey": [0],
+        }
+    ]
+    assert snap["batch"]["ops"] == []
+    # anonymous: createIssue is refused (a business rejection) yet lmid advances
+    envelope = {
+        "clientID": "c1",
+        "mid": 1,
+        "name": "createIssue",
+        "args": {
+            "id": "i1",
+            "title": "x",
+            "status": "todo",
+            "priority": "low",
+            "owner": "u1",
+            "description": "",
+            "descriptionCommentId": "c1",
+            "createdAt": 1,
+        },
+    }
+    await client.send({"t": "pushMutation", "envelope": envelope})
+    outcome = await client.recv()
+    assert outcome["t"] == "mutationOutcome" and outcome["mid"] == 1
+    assert outcome["kind"] == "rejected"
+    batch, progress = await client.recv_until("progress")
+    assert batch["batch"]["ops"] == [
+        {"table": "_rindle_client_mutations", "op": "add", "row": ["c1", 1]}
+    ]
+    assert progress["frame"]["cvMin"] == batch["batch"]["cv"]
+    assert not await db(Issue.objects.exists)()
+    # a gap is refused and changes nothing
+    await client.send({"t": "pushMutation", "envelope": {**envelope, "mid": 5}})
+    err = await client.recv()
+    assert err["t"] == "error" and err["code"] == "mid_gap" and err["lmid"] == 1
+    # a replay is absorbed silently
+    await client.send({"t": "pushMutation", "envelope": envelope})
+    assert await client.nothing()
+    await client.close()
+
+
+async def test_lmid_query_needs_init(live):
+    client = Client()
+    assert await client.connect()
+    await client.send(
+        {
+            "t": "subscribe",
+            "queryId": 0,
+            "name": "_rindle/clientLmid",
+            "args": {},
+            "mode": "normalized",
+        }
+    )
+    frame = await client.recv()
+    assert frame["t"] == "queryError" and frame["retryable"] is False
+    await client.close()
+
+
+async def test_push_mutation_for_another_client_is_refused(live):
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "init", "clientID": "c1"})
+    env = {"clientID": "other", "mid": 1, "name": "setStatus", "args": {}}
+    await client.send({"t": "pushMutation", "envelope": env})
+    frame = await client.recv()
+    assert frame["t"] == "error"
+    assert await db(lambda: live.client_lmid("other"))() == 0
+    await client.close()
+
+
+# --- bad frames ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "frame, code",
+    [
+        ("{not json", "bad_frame"),
+        ("[1, 2]", "bad_frame"),
+        (json.dumps({"t": "nope"}), "bad_frame"),
+        (json.dumps({"x": 1}), "bad_frame"),
+        (json.dumps({"t": "subscribe", "queryId": "a", "name": "users"}), "bad_frame"),
+        (json.dumps({"t": "subscribe", "queryId": True, "name": "users"}), "bad_frame"),
+        (json.dumps({"t": "subscribe", "queryId": 1}), "bad_frame"),
+        (json.dumps({"t": "subscribe", "queryId": 1, "name": "users", "mode": "x"}), "bad_frame"),
+        (json.dumps({"t": "unsubscribe", "queryId": -1}), "bad_frame"),
+        (json.dumps({"t": "init", "clientID": ""}), "bad_frame"),
+        (json.dumps({"t": "init", "clientID": "x" * 500}), "bad_frame"),
+        (json.dumps({"t": "pushMutation", "envelope": "x"}), "bad_frame"),
+        (
+            json.dumps({"t": "pushMutation", "envelope": {"clientID": "c", "mid": 0, "name": "a"}}),
+            "bad_frame",
+        ),
+        (
+            json.dumps({"t": "pushMutation", "envelope": {"clientID": "c", "mid": 1, "name": "a"}}),
+            "bad_frame",
+        ),  # before init
+        (json.dumps({"t": "mutate", "mutations": []}), "unsupported"),
+    ],
+)
+async def test_bad_frames_get_an_error_and_the_connection_stays_open(live, frame, code):
+    client = Client()
+    assert await client.connect()
+    await client.send(frame)
+    reply = await client.recv()
+    assert reply["t"] == "error" and reply["code"] == code and reply["message"]
+    hello, snap, _ = await subscribe(client, 1, "users")  # still serving
+    assert hello["t"] == "nhello"
+    assert await db(outbox_high_water)() == snap["batch"]["cv"]
+    await client.close()
+
+
+async def test_oversized_frame_is_refused(live, settings):
+    settings.RINDLE = {**settings.RINDLE, "WS_MAX_FRAME_BYTES": 100}
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "init", "clientID": "x" * 200})
+    reply = await client.recv()
+    assert reply["code"] == "frame_too_large"
+    await client.close()
+
+
+async def test_binary_frames_are_refused(live):
+    client = Client()
+    assert await client.connect()
+    await client.comm.send_to(bytes_data=b"\x00\x01")
+    reply = await client.recv()
+    assert reply["t"] == "error"
+    await client.close()
+
+
+async def test_rate_limit(live, settings):
+    settings.RINDLE = {**settings.RINDLE, "WS_RATE": 1, "WS_BURST": 3}
+    client = Client()
+    assert await client.connect()
+    for _ in range(3):
+        await client.send({"t": "init", "clientID": "c1"})
+    await client.send({"t": "init", "clientID": "c1"})
+    reply = await client.recv()
+    assert reply["code"] == "rate_limited"
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    "name, args, code",
+    [
+        ("noSuchQuery", None, "unknown_query"),
+        ("issuesPage", {"limit": 0}, "invalid_args"),
+        ("issuesPage", {"limit": 10, "filter": [{"axis": "nope", "value": "x"}]}, "invalid_args"),
+        ("issuesPage", "x", "invalid_args"),
+        ("users", {"a": 1}, "invalid_args"),
+    ],
+)
+async def test_bad_queries_get_a_terminal_query_error(live, name, args, code):
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "subscribe", "queryId": 4, "name": name, "args": args})
+    reply = await client.recv()
+    assert reply == {**reply, "t": "queryError", "queryId": 4, "code": code, "retryable": False}
+    await client.close()
+
+
+# --- origins ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        b"http://evil.example",
+        b"null",
+        b"http://localhost.evil.example",
+        b"http://evil-localhost",
+        b"http://127.0.0.1.evil.example",
+    ],
+)
+async def test_foreign_origins_are_refused_before_accept(live, origin):
+    client = Client(headers=[(b"origin", origin)])
+    assert not await client.connect()
+
+
+async def test_missing_origin_is_refused(live):
+    client = Client(headers=[])
+    assert not await client.connect()
+
+
+async def test_same_origin_is_accepted(live):
+    client = Client(headers=[ORIGIN])
+    assert await client.connect()
+    await client.close()
