@@ -112,6 +112,8 @@ def _install_sqlite(cursor, table):
 
 # --- PostgreSQL -------------------------------------------------------------
 
+NOTIFY_CHANNEL = "rindle_outbox"
+
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION _rindle_capture() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -127,6 +129,9 @@ BEGIN
         pg_current_xact_id()::text::bigint, TG_TABLE_NAME,
         CASE TG_OP WHEN 'INSERT' THEN 'add' WHEN 'UPDATE' THEN 'edit' ELSE 'remove' END,
         key_image, old_image, new_image);
+    -- Wake listeners (stream.notify): the payload is the transaction id, so a
+    -- transaction's rows make one notification, delivered at commit; never rows.
+    PERFORM pg_notify('{NOTIFY_CHANNEL}', pg_current_xact_id()::text);
     RETURN NULL;
 END $$
 """

@@ -35,6 +35,7 @@ from django.db import close_old_connections, connections
 from ..conf import rindle_settings
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
+from ..stream.notify import Listener
 from . import wire
 
 logger = logging.getLogger("rindle.realtime")
@@ -88,6 +89,7 @@ class Hub:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = None
+        self._listener = None
         self.max_inflight = int(rindle_settings.WS_MAX_QUEUED_MESSAGES)
         self.poll_interval = float(rindle_settings.POLL_INTERVAL)
 
@@ -99,6 +101,10 @@ class Hub:
                 return self
             self.live = LiveQueries(self.engine).start()
             self.engine.add_commit_listener(self._on_commit)
+            if self.engine.vendor == "postgresql":
+                # Other processes' commits arrive as notifications; the poll is a safety net.
+                self._listener = Listener(self.engine.using, self._wake.set).start()
+                self.poll_interval = max(self.poll_interval, 1.0)
             self._thread = threading.Thread(target=self._run, name="rindle-hub", daemon=True)
             self._thread.start()
         return self
@@ -107,6 +113,8 @@ class Hub:
         self._stop.set()
         self._wake.set()
         self.engine.remove_commit_listener(self._on_commit)
+        if self._listener is not None:
+            self._listener.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
 
