@@ -8,7 +8,9 @@ changes nothing; the connection stays open. Server frames come from the hub
 (``rindle.frames`` messages on this consumer's channel), in order.
 """
 
+import asyncio
 import json
+import logging
 import time
 
 from asgiref.sync import sync_to_async
@@ -22,30 +24,90 @@ from ..named import LMID_QUERY_NAME, QueryRefused, resolve
 from . import wire
 from .hub import get_hub
 
+logger = logging.getLogger("rindle.realtime")
+
 MODES = ("flat", "normalized")
+CLOSE_UNAUTHORIZED = 4401
 MAX_QUERY_ID = 2**31 - 1
 MAX_CLIENT_ID = 128
 
 
 class RindleConsumer(AsyncWebsocketConsumer):
+    """
+    Browsers authenticate with their Django session (``AuthMiddlewareStack``);
+    machine clients send ``Authorization: Bearer <token>`` (``rindle_app.tokens``),
+    whose scopes limit them ("read" to subscribe, "mutate" to push mutations). A
+    bad token is refused before the socket is accepted. Every
+    ``WS_AUTH_RECHECK_SECONDS`` the connection re-checks its credentials, so a
+    revoked token or a deactivated user loses an open socket within that bound.
+    """
+
+    hub = None
+    token = None
+
     async def connect(self):
         self.user = self.scope.get("user")
         self.client_id = None
+        bearer = _bearer(self.scope)
+        if bearer is not None:
+            found = await database_sync_to_async(_authenticate)(bearer)
+            if found is None:
+                await self.close(code=CLOSE_UNAUTHORIZED)
+                return
+            self.user, self.token = found
         self.hub = await sync_to_async(get_hub, thread_sensitive=False)()
-        self.conn = self.hub.connect(self.channel_name, self._loop(), self.user)
+        self.conn = self.hub.connect(self.channel_name, asyncio.get_running_loop(), self.user)
         self._tokens = float(rindle_settings.WS_BURST)
         self._refill = time.monotonic()
         await self.accept()
-
-    def _loop(self):
-        import asyncio
-
-        return asyncio.get_running_loop()
+        self._recheck = asyncio.ensure_future(self._recheck_credentials())
 
     async def disconnect(self, code):
-        hub = getattr(self, "hub", None)
-        if hub is not None:
-            await sync_to_async(hub.disconnect, thread_sensitive=False)(self.channel_name)
+        recheck = getattr(self, "_recheck", None)
+        if recheck is not None:
+            recheck.cancel()
+        if self.hub is not None:
+            await sync_to_async(self.hub.disconnect, thread_sensitive=False)(self.channel_name)
+
+    async def _recheck_credentials(self):
+        interval = float(rindle_settings.WS_AUTH_RECHECK_SECONDS)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if await database_sync_to_async(self._still_authorized)():
+                    continue
+            except Exception:  # a database hiccup is not a revocation; check again later
+                logger.exception("rindle consumer: credential re-check failed")
+                continue
+            for query_id in sorted(self.conn.subs):
+                await self.send(
+                    text_data=wire.query_error(
+                        query_id, "credentials revoked", "unauthorized", False
+                    )
+                )
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
+
+    def _still_authorized(self):
+        user = self.user
+        if self.token is not None:
+            token = type(self.token).objects.filter(pk=self.token.pk).first()
+            if token is None or not token.is_active():
+                return False
+        if user is None or not getattr(user, "is_authenticated", False):
+            return True  # anonymous stays anonymous
+        from django.contrib.auth import get_user_model
+
+        fresh = get_user_model().objects.filter(pk=user.pk, is_active=True).exists()
+        if not fresh:
+            return False
+        session = self.scope.get("session")
+        if self.token is None and session is not None and session.session_key:
+            return session.exists(session.session_key)
+        return True
+
+    def _may(self, scope):
+        return self.token is None or self.token.has_scope(scope)
 
     # --- from the hub ------------------------------------------------------------------
 
@@ -120,6 +182,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if not _is_query_id(query_id):
             return await self._error(
                 f"queryId must be an integer in 0..{MAX_QUERY_ID}", code="bad_frame"
+            )
+        if not self._may("read"):
+            return await self.send(
+                text_data=wire.query_error(
+                    query_id, "this token may not read (scope 'read')", "unauthorized"
+                )
             )
         mode = msg.get("mode", "flat")
         if mode is None:
@@ -200,6 +268,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(problem, code="bad_frame")
         if self.client_id is None:
             return await self._error("send init before pushMutation", code="bad_frame")
+        if not self._may("mutate"):
+            return await self._error(
+                "this token may not mutate (scope 'mutate')", code="unauthorized"
+            )
         if envelope["clientID"] != self.client_id:
             return await self._error(
                 "the envelope's clientID is not this connection's", code="bad_frame"
@@ -242,6 +314,22 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     async def _error(self, message, code="bad_frame", query_id=None, **extra):
         await self.send(text_data=wire.error(message, code, query_id, **extra))
+
+
+def _bearer(scope):
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            kind, _, token = value.decode("latin-1").partition(" ")
+            if kind.lower() == "bearer":
+                return token.strip()
+            return ""  # some other scheme: refused, not ignored
+    return None
+
+
+def _authenticate(raw):
+    from ..tokens import authenticate
+
+    return authenticate(raw) if raw else None
 
 
 class _Refused(Exception):

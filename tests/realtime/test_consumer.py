@@ -374,3 +374,46 @@ async def test_same_origin_is_accepted(live):
     client = Client(headers=[ORIGIN])
     assert await client.connect()
     await client.close()
+
+
+# --- flat mode (the default) --------------------------------------------------------------
+
+
+async def test_flat_mode_hello_snapshot_and_path_addressed_changes(live):
+    from rindle_app.realtime.flat import schema_fp
+
+    await db(User.objects.create)(id="u1", name="Ada")
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "subscribe", "queryId": 2, "name": "users", "args": None})
+    hello, snap, progress = await client.recv_until("progress")
+    assert hello["t"] == "hello" and hello["bootId"] == live.boot_id
+    schema = hello["hello"]["schema"]
+    assert schema["columns"] == ["id", "name"] and schema["primaryKey"] == [0]
+    assert hello["hello"]["schemaFp"] == schema_fp(schema)
+    assert snap["t"] == "batch" and snap["batch"]["seq"] == 0
+    assert snap["batch"]["events"] == [
+        {"path": [], "op": {"tag": "add", "node": {"row": ["u1", "Ada"], "rels": []}}}
+    ]
+    assert progress["frame"]["cvMin"] == snap["batch"]["cv"]
+    await db(User.objects.filter(id="u1").update)(name="Grace")
+    batch, progress = await client.recv_until("progress")
+    assert batch["batch"]["seq"] == 1 and batch["batch"]["cv"] == progress["frame"]["cvMin"]
+    assert batch["batch"]["events"] == [
+        {"path": [], "op": {"tag": "edit", "old": ["u1", "Ada"], "new": ["u1", "Grace"]}}
+    ]
+    await client.close()
+
+
+async def test_flat_and_normalized_subscribers_of_one_query_each_get_their_form(live):
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "subscribe", "queryId": 1, "name": "users", "args": None})
+    await client.recv_until("progress")
+    await subscribe(client, 2, "users")
+    await db(User.objects.create)(id="u1", name="Ada")
+    frames = await client.recv_until("progress")
+    kinds = sorted((f["t"], f["queryId"]) for f in frames if f["t"] != "progress")
+    assert kinds == [("batch", 1), ("nbatch", 2)]
+    assert len([f for f in frames if f["t"] == "progress"]) == 1
+    await client.close()

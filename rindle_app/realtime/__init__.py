@@ -1,0 +1,1 @@
+"""The websocket transport: the rindle wire protocol over Channels."""
