@@ -15,8 +15,14 @@ DEFAULTS = {
     "MUTATORS_MODULE": "mutators",
     # Module name looked up in every installed app for @named_query definitions.
     "QUERIES_MODULE": "queries",
-    # Largest accepted JSON encoding of a mutation's args, in bytes.
+    # Largest accepted JSON encoding of a mutation's or a named query's args, in bytes.
     "MAX_ARGS_BYTES": 64 * 1024,
+    # Seconds a lease token minted by POST /api/rindle/query stays valid (it is
+    # checked when a websocket subscribes with it).
+    "LEASE_TTL": 300,
+    # Most envelopes POST /api/rindle/mutate accepts in one request (the clients'
+    # mutation queue sends at most 32 by default).
+    "MAX_MUTATIONS_PER_REQUEST": 32,
     # Requests the writer accepts before callers are told to back off.
     "WRITER_QUEUE_SIZE": 10_000,
     # Queued requests committed together (each in its own savepoint); 1 disables.
@@ -42,6 +48,9 @@ DEFAULTS = {
     "WS_MAX_QUEUED_MESSAGES": 256,
     # retryAfterMs a shed subscription is given.
     "WS_SHED_RETRY_MS": 1000,
+    # Seconds between re-checks of an open socket's credentials (revoked token,
+    # deactivated user, ended session): the bound on how long revocation takes.
+    "WS_AUTH_RECHECK_SECONDS": 30,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}
