@@ -40,6 +40,7 @@ class Engine:
         self.vendor = self._writer.vendor
         self._state_lock = threading.Lock()
         self._started = False
+        self._schema_listeners = []
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -75,6 +76,14 @@ class Engine:
         self.register_existing_table("_rindle_client_mutations")
         for model in synced_models():
             self.register_existing_table(model._meta.db_table, model=model)
+
+    def add_schema_listener(self, fn):
+        """Call ``fn(table name)`` when a registered table's definition changes."""
+        self._schema_listeners.append(fn)
+
+    def remove_schema_listener(self, fn):
+        if fn in self._schema_listeners:
+            self._schema_listeners.remove(fn)
 
     def close(self, timeout=None):
         """Refuse new requests, finish the queued ones, stop the writer."""
@@ -125,7 +134,10 @@ class Engine:
             return t
 
         t = self.write(register).value
-        self.tables.put(t)
+        before = self.tables.put(t)
+        if before is not None and before != t:
+            for listener in tuple(self._schema_listeners):
+                listener(t.name)
         return t
 
     def base_table_schemas(self):

@@ -87,10 +87,13 @@ class TableMap:
         self._lock = threading.Lock()
 
     def put(self, table):
+        """Register ``table``; returns the definition it replaces, or None."""
         with self._lock:
             tables = dict(self._tables)
+            before = tables.get(table.name)
             tables[table.name] = table
             self._tables = tables
+            return before
 
     def get(self, name):
         table = self._tables.get(name)

@@ -101,6 +101,7 @@ class Hub:
                 return self
             self.live = LiveQueries(self.engine).start()
             self.engine.add_commit_listener(self._on_commit)
+            self.engine.add_schema_listener(self._on_schema_change)
             if self.engine.vendor == "postgresql":
                 # Other processes' commits arrive as notifications; the poll is a safety net.
                 self._listener = Listener(self.engine.using, self._wake.set).start()
@@ -113,6 +114,7 @@ class Hub:
         self._stop.set()
         self._wake.set()
         self.engine.remove_commit_listener(self._on_commit)
+        self.engine.remove_schema_listener(self._on_schema_change)
         if self._listener is not None:
             self._listener.close()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -124,6 +126,24 @@ class Hub:
 
     def _on_commit(self, cv):
         self._wake.set()
+
+    def _on_schema_change(self, table):
+        """
+        Registered tables changed (a migration): the store is rebuilt from a fresh
+        snapshot, and every subscription is told ``schema_changed`` (retryable), so
+        clients re-subscribe and get hellos of the new shape.
+        """
+        with self.lock:
+            message = f"the schema of {table!r} changed; re-subscribe"
+            for conn in list(self.conns.values()):
+                frames = [
+                    wire.query_error(qid, message, "schema_changed", True, retry_after_ms=0)
+                    for qid in sorted(conn.subs)
+                ]
+                conn.subs.clear()  # the old catalog and its subscribers are dropped whole
+                self._deliver(conn, frames)
+            self._encoded.clear()
+            self.live = LiveQueries(self.engine).start()
 
     def _run(self):
         try:

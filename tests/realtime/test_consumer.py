@@ -6,17 +6,19 @@ validation, sessions, the consumer, the hub and the channel layer).
 import json
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from project.demo.models import Issue, Tag, User
+from rindle_app.ivm.builder import table
 from rindle_app.ivm.normalized import normalized_fp
+from rindle_app.named import named_query
 from rindle_app.testing import outbox_high_water
 
 from .conftest import ORIGIN, Client
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
-db = sync_to_async
+db = database_sync_to_async
 
 
 def users_ops(batch):
@@ -417,3 +419,48 @@ async def test_flat_and_normalized_subscribers_of_one_query_each_get_their_form(
     assert kinds == [("batch", 1), ("nbatch", 2)]
     assert len([f for f in frames if f["t"] == "progress"]) == 1
     await client.close()
+
+
+SCRATCH = "rt_scratch"
+
+
+@named_query("scratchRows")
+def scratch_rows(args, ctx):
+    return table(SCRATCH)
+
+
+async def test_a_schema_change_bounces_subscriptions_with_a_retryable_error(live):
+    def setup():
+        live.register_table(SCRATCH, ["id", "name"], [0], ["string", "string"])
+        live.write(lambda tx: tx.insert(SCRATCH, {"id": "r1", "name": "Ada"}))
+
+    def add_column():
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{SCRATCH}" ADD COLUMN "email" TEXT')
+        live.register_existing_table(SCRATCH)
+
+    await db(setup)()
+    try:
+        client = Client()
+        assert await client.connect()
+        hello, _, _ = await subscribe(client, 1, "scratchRows")
+        assert hello["hello"]["tables"][0]["columns"] == ["id", "name"]
+        await db(add_column)()
+        frame = await client.recv()
+        assert frame["t"] == "queryError" and frame["code"] == "schema_changed"
+        assert frame["retryable"] is True
+        hello, snap, _ = await subscribe(client, 1, "scratchRows")
+        assert hello["hello"]["tables"][0]["columns"] == ["id", "name", "email"]
+        assert snap["batch"]["ops"][0]["row"] == ["r1", "Ada", None]
+        await client.close()
+    finally:
+        await db(_drop_scratch)()
+
+
+def _drop_scratch():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP TABLE IF EXISTS "{SCRATCH}"')

@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from project.demo.models import Tag, User
 from rindle_app.ivm.view import View
@@ -13,7 +13,7 @@ from .conftest import Client
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
-db = sync_to_async
+db = database_sync_to_async
 
 
 async def sub(client, qid, name):

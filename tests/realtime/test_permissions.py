@@ -4,7 +4,7 @@ in an EXISTS, however a named query reaches it, and stays hidden as data changes
 """
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from project.demo.models import Comment, Issue, User
 
@@ -12,7 +12,7 @@ from .conftest import Client
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
-db = sync_to_async
+db = database_sync_to_async
 
 
 @pytest.fixture
