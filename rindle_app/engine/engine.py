@@ -109,6 +109,13 @@ class Engine:
     def remove_commit_listener(self, fn):
         self._writer.remove_commit_listener(fn)
 
+    def add_change_listener(self, since, deliver):
+        """Hand each commit's outbox rows to an in-process reader (see ``Writer``)."""
+        self._writer.add_change_listener(since, deliver)
+
+    def remove_change_listener(self, deliver):
+        self._writer.remove_change_listener(deliver)
+
     def submit(self, fn, fallback=None):
         """Queue ``fn(tx)`` for the writer thread; ``wait()`` on the result."""
         return self._writer.submit(fn, fallback)

@@ -99,7 +99,7 @@ class Hub:
         with self.lock:
             if self.live is not None:
                 return self
-            self.live = LiveQueries(self.engine).start()
+            self.live = LiveQueries(self.engine, handoff=True).start()
             self.engine.add_commit_listener(self._on_commit)
             self.engine.add_schema_listener(self._on_schema_change)
             if self.engine.vendor == "postgresql":
@@ -115,6 +115,8 @@ class Hub:
         self._wake.set()
         self.engine.remove_commit_listener(self._on_commit)
         self.engine.remove_schema_listener(self._on_schema_change)
+        if self.live is not None:
+            self.live.stop()
         if self._listener is not None:
             self._listener.close()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -143,7 +145,8 @@ class Hub:
                 conn.subs.clear()  # the old catalog and its subscribers are dropped whole
                 self._deliver(conn, frames)
             self._encoded.clear()
-            self.live = LiveQueries(self.engine).start()
+            self.live.stop()
+            self.live = LiveQueries(self.engine, handoff=True).start()
 
     def _run(self):
         try:

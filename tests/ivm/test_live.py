@@ -154,3 +154,50 @@ def test_snapshot_rows_and_change_images_agree(engine):
     with connection.cursor() as cursor:
         cursor.execute('SELECT "createdAt" FROM comment')
         assert cursor.fetchone()[0] == row["createdAt"]
+
+
+def test_commits_handed_over_in_process_need_no_outbox_read(engine, vendor):
+    """With the handoff, a poll after the engine's own commits reads nothing."""
+    from django.test.utils import CaptureQueriesContext
+
+    User.objects.create(id="u1", name="Ann")
+    Issue.objects.bulk_create([issue(i) for i in range(1, 9)])
+    live = LiveQueries(engine, handoff=True).start()
+    try:
+        shared = live.catalog.register(ISSUES_WITH_COMMENTS)
+        for n in range(1, 6):
+            engine.write(
+                lambda tx, n=n: tx.insert(
+                    "comment",
+                    {
+                        "id": f"c{n}",
+                        "issueId": "i8",
+                        "authorId": "u1",
+                        "body": "x",
+                        "createdAt": float(n),
+                    },
+                )
+            )
+            with CaptureQueriesContext(connection) as reads:
+                version, outputs, _ = live.poll()
+            assert version == outbox_high_water()
+            assert len(reads) == (0 if vendor == "sqlite" else 1)
+            assert shared.key in outputs
+            assert shared.view.result() == fresh(live, shared)
+        # Writes outside the engine interleave: the engine's next read hands them over
+        # too (SQLite's write lock orders them), or the poll reads them.
+        for n in range(6, 12):
+            User.objects.filter(id="u1").update(name=f"Ann {n}")
+            if n % 2:
+                Issue.objects.filter(id=f"i{n - 5}").delete()
+            engine.write(lambda tx, n=n: tx.update("issue", {"id": "i8"}, {"title": f"t{n}"}))
+            live.poll()
+            assert live.version == outbox_high_water()
+            assert shared.view.result() == fresh(live, shared)
+            assert shared.view.result() == run_query(shared.query, connection, live.engine.tables)
+        User.objects.filter(id="u1").update(name="last")  # no engine commit after it
+        live.poll()
+        assert live.version == outbox_high_water()
+        assert shared.view.result() == fresh(live, shared)
+    finally:
+        live.stop()
