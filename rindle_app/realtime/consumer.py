@@ -56,16 +56,20 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 return
             self.user, self.token = found
         self.hub = await sync_to_async(get_hub, thread_sensitive=False)()
-        self.conn = self.hub.connect(self.channel_name, asyncio.get_running_loop(), self.user)
+        self._outbox = asyncio.Queue()
+        self.conn = self.hub.connect(
+            self.channel_name, asyncio.get_running_loop(), self._outbox.put_nowait, self.user
+        )
         self._tokens = float(rindle_settings.WS_BURST)
         self._refill = time.monotonic()
         await self.accept()
+        self._sender = asyncio.ensure_future(self._send_frames())
         self._recheck = asyncio.ensure_future(self._recheck_credentials())
 
     async def disconnect(self, code):
-        recheck = getattr(self, "_recheck", None)
-        if recheck is not None:
-            recheck.cancel()
+        for task in (getattr(self, "_recheck", None), getattr(self, "_sender", None)):
+            if task is not None:
+                task.cancel()
         if self.hub is not None:
             await sync_to_async(self.hub.disconnect, thread_sensitive=False)(self.channel_name)
 
@@ -111,12 +115,18 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     # --- from the hub ------------------------------------------------------------------
 
-    async def rindle_frames(self, event):
-        try:
-            for frame in event["frames"]:
-                await self.send(text_data=frame)
-        finally:
-            self.hub.taken(self.channel_name)
+    async def _send_frames(self):
+        """Write the hub's batches to the socket, in order."""
+        conn = self.conn
+        while True:
+            frames = await self._outbox.get()
+            try:
+                for frame in frames:
+                    await self.send(text_data=frame)
+            except Exception:  # the socket closed under us; disconnect() cleans up
+                return
+            finally:
+                conn.sent += 1
 
     # --- from the client ---------------------------------------------------------------
 
@@ -277,6 +287,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 "the envelope's clientID is not this connection's", code="bad_frame"
             )
         engine = self.hub.engine
+        # Frames for this connection wait while its mutation runs, so an outcome
+        # frame goes out before the lmid row that confirms the mid.
+        self.hub.hold(self.conn)
+        outcome = ()
         try:
             result = await database_sync_to_async(engine.mutate)(
                 envelope["clientID"],
@@ -286,25 +300,18 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 self.user,
             )
         except MutationGap as exc:
-            return await self._error(
-                str(exc), code="mid_gap", mid=envelope["mid"], lmid=getattr(exc, "lmid", None)
-            )
+            outcome = (wire.error(str(exc), "mid_gap", mid=envelope["mid"], lmid=exc.lmid),)
         except RindleError as exc:
-            return await self._error(
-                str(exc), code=exc.code, mid=envelope["mid"], retryable=exc.retryable
+            outcome = (
+                wire.error(str(exc), exc.code, mid=envelope["mid"], retryable=exc.retryable),
             )
-        if getattr(result, "status", None) == "rejected":
-            # Out of band, before the lmid row that confirms the mid is released.
-            await self.send(
-                text_data=wire.dumps(
-                    {
-                        "t": "mutationOutcome",
-                        "mid": envelope["mid"],
-                        "kind": "rejected",
-                        "reason": result.reason or result.code or "rejected",
-                    }
-                )
-            )
+        else:
+            if result.status == "rejected":
+                reason = result.reason or result.code or "rejected"
+                frame = {"t": "mutationOutcome", "mid": envelope["mid"], "kind": "rejected"}
+                outcome = (wire.dumps({**frame, "reason": reason}),)
+        finally:
+            self.hub.release(self.conn, outcome)
 
     async def _raw_mutate(self, msg):
         await self._error(
