@@ -173,8 +173,8 @@ def _gate(query, rules):
         _gate(related["subquery"], rules)
     rule = rules.get(query.get("table"))
     if rule is not None:
-        rule = copy.deepcopy(rule)
-        query["where"] = rule if where is None else {"type": "and", "conditions": [where, rule]}
+        conditions = [copy.deepcopy(rule)] if where is None else [where, copy.deepcopy(rule)]
+        query["where"] = {"type": "and", "system": "permissions", "conditions": conditions}
 
 
 def _gate_condition(condition, rules):

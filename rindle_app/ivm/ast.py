@@ -52,6 +52,10 @@ class Simple:
 @dataclass(frozen=True)
 class And:
     conditions: tuple
+    # A read rule compiled in by the server (``system: "permissions"``): the first
+    # condition is the query's own (if it had one), the last the rule. Names the
+    # client derives from its own AST (a count's synthetic table) leave it out.
+    gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,9 @@ class _Parser:
                 self.condition(table, c, f"{path}.conditions[{i}]")
                 for i, c in enumerate(conditions)
             )
-            return And(parts) if kind == "and" else Or(parts)
+            if kind == "or":
+                return Or(parts)
+            return And(parts, gate=raw.get("system") == "permissions")
         if kind == "simple":
             op = raw.get("op")
             if op not in SIMPLE_OPS:

@@ -10,7 +10,7 @@ from project.demo.models import Comment, Issue, User
 
 from .conftest import Client
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 db = database_sync_to_async
 
@@ -50,6 +50,7 @@ async def snapshot(client, qid, name, args):
     return frames[1]["batch"]["ops"], frames[0]["hello"]["tables"]
 
 
+@pytest.mark.asyncio
 async def test_where_related_count_and_exists_never_reveal_hidden_rows(secrets):
     client = Client()
     assert await client.connect()
@@ -77,6 +78,7 @@ async def test_where_related_count_and_exists_never_reveal_hidden_rows(secrets):
     await client.close()
 
 
+@pytest.mark.asyncio
 async def test_a_row_that_becomes_hidden_leaves_every_view(secrets):
     client = Client()
     assert await client.connect()
@@ -90,6 +92,7 @@ async def test_a_row_that_becomes_hidden_leaves_every_view(secrets):
     await client.close()
 
 
+@pytest.mark.asyncio
 async def test_authorize_query_refuses_a_named_query(live, settings):
     settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.realtime.adapters.NoUsersQuery"}
     client = Client()
@@ -99,3 +102,21 @@ async def test_authorize_query_refuses_a_named_query(live, settings):
     assert frame["t"] == "queryError" and frame["code"] == "unauthorized"
     assert frame["retryable"] is False
     await client.close()
+
+
+def test_a_read_rule_does_not_rename_a_count_the_client_names_from_its_own_ast(live):
+    """The synthetic count table is named from the query as the client wrote it."""
+    from rindle_app.ivm.ast import parse
+    from rindle_app.ivm.normalized import normalized_table_schemas
+    from rindle_app.named import compile_permissions, resolve
+
+    from .adapters import HidesSecrets
+
+    plain = resolve("issuesPage", {"limit": 5}, None)
+    gated = compile_permissions(plain, HidesSecrets().read_rules(None))
+    assert gated != plain
+
+    def names(ast):
+        return [t["name"] for t in normalized_table_schemas(parse(ast, live.tables), live.tables)]
+
+    assert names(gated) == names(plain)
