@@ -113,6 +113,8 @@ def _install_sqlite(cursor, table):
 # --- PostgreSQL -------------------------------------------------------------
 
 NOTIFY_CHANNEL = "rindle_outbox"
+# The advisory lock key of the outbox fence (an arbitrary constant: "rindle" in ASCII).
+FENCE_KEY = 0x72696E646C65
 
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION _rindle_capture() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -125,6 +127,10 @@ BEGIN
     IF TG_OP <> 'DELETE' THEN new_image := to_jsonb(NEW); END IF;
     SELECT jsonb_agg(COALESCE(old_image, new_image) -> k ORDER BY i)
       INTO key_image FROM unnest(TG_ARGV) WITH ORDINALITY AS u(k, i);
+    -- The writer side of the outbox fence (stream.fence), taken before the seq is
+    -- allocated and held to commit: a reader that takes the exclusive side knows
+    -- every seq below the greatest committed one is committed or gone.
+    PERFORM pg_advisory_xact_lock_shared({FENCE_KEY});
     INSERT INTO {OUTBOX} (txid, "table", op, pk, old, new) VALUES (
         pg_current_xact_id()::text::bigint, TG_TABLE_NAME,
         CASE TG_OP WHEN 'INSERT' THEN 'add' WHEN 'UPDATE' THEN 'edit' ELSE 'remove' END,

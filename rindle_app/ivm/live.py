@@ -4,10 +4,15 @@ version, then kept current by applying only the commits after that version.
 """
 
 import threading
+import time
 from collections import deque
 
+from ..stream.fence import safe_seq
 from ..stream.reader import changes_after, decode, snapshot
 from .catalog import Catalog
+
+FENCE_TIMEOUT = 0.05  # seconds the exclusive side of the outbox fence may wait
+FENCE_BACKOFF = 0.1  # seconds before trying again after it timed out
 
 
 class LiveQueries:
@@ -28,6 +33,7 @@ class LiveQueries:
         self._handoff = handoff
         self._handed = deque()
         self._lock = threading.Lock()
+        self._fence_retry_at = 0.0
 
     def start(self):
         tables = list(self.engine.tables)
@@ -66,13 +72,30 @@ class LiveQueries:
         tables = {t.name: t for t in self.engine.tables}
         events = self._take_handed(tables)
         if events is None:
-            events = changes_after(self.engine.using, self.catalog.version, tables)
+            events = self._read(tables)
         if not events:
             return self.catalog.version, {}, []
         version = events[-1][0]
         changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
         outputs, faults = self.catalog.commit(version, changes)
         return version, outputs, faults
+
+    def _read(self, tables):
+        using = self.engine.using
+        if self.engine.vendor != "postgresql":
+            return changes_after(using, self.catalog.version, tables)
+        # Only up to the fence: a seq above a still-open transaction's must wait for it.
+        # While the fence times out (a long transaction writes captured rows), writers
+        # queue behind its exclusive request, so it backs off before trying again.
+        if time.monotonic() < self._fence_retry_at:
+            return []
+        safe = safe_seq(using, timeout=FENCE_TIMEOUT)
+        if safe is None:
+            self._fence_retry_at = time.monotonic() + FENCE_BACKOFF
+            return []
+        if safe <= self.catalog.version:
+            return []
+        return [e for e in changes_after(using, self.catalog.version, tables) if e[0] <= safe]
 
     def _take_handed(self, tables):
         """The handed-over rows after the catalog's version, or None if they leave a gap."""

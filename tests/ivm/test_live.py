@@ -1,6 +1,7 @@
 """Live queries over the database: hydrate at a version, then apply only later commits."""
 
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -201,3 +202,45 @@ def test_commits_handed_over_in_process_need_no_outbox_read(engine, vendor):
         assert shared.view.result() == fresh(live, shared)
     finally:
         live.stop()
+
+
+def test_a_transaction_committing_after_a_higher_seq_is_not_skipped(engine, vendor):
+    """
+    Postgres: a transaction takes seq N and stays open while seq N+1 commits. The tail
+    must not move past N until N's transaction ends (the outbox fence); then both arrive.
+    """
+    if vendor != "postgresql":
+        pytest.skip("SQLite's write lock already commits seqs in order")
+    from django.db import connections, transaction
+
+    User.objects.create(id="u1", name="Ann")
+    live = LiveQueries(engine).start()
+    users = live.catalog.register({"table": "user"})
+    inserted, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def slow():
+        try:
+            with transaction.atomic():
+                User.objects.create(id="u-late", name="late")
+                inserted.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+            done.set()
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    try:
+        assert inserted.wait(10)
+        User.objects.create(id="u-early", name="early")  # a higher seq, committed first
+        live.poll()
+        assert "u-early" not in {r["id"] for r in users.view.rows()}  # held at the fence
+    finally:
+        release.set()
+        thread.join(10)
+    deadline = time.monotonic() + 5
+    while live.version < outbox_high_water() and time.monotonic() < deadline:
+        live.poll()  # the hub's loop: the fence backs off briefly after a timeout
+        time.sleep(0.02)
+    assert {r["id"] for r in users.view.rows()} == {"u1", "u-early", "u-late"}
+    assert live.version == outbox_high_water()
