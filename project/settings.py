@@ -123,7 +123,14 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "/admin/login/"
 
-REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Tokens first: a request with no credentials is then told to authenticate (401).
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rindle_app.api.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+}
 SPECTACULAR_SETTINGS = {"TITLE": "rindle", "VERSION": "0.1.0"}
 
 RINDLE = {

@@ -132,3 +132,19 @@ def _check_database(alias, db):
             )
         )
     return errors
+
+
+@register()
+def check_allowed_hosts(app_configs, **kwargs):
+    # The websocket origin check trusts the hosts ALLOWED_HOSTS names: "*" would let
+    # any site's page open a websocket with its visitors' session cookies.
+    if settings.DEBUG or "*" not in (getattr(settings, "ALLOWED_HOSTS", None) or ()):
+        return []
+    return [
+        Error(
+            'ALLOWED_HOSTS contains "*" while DEBUG is False.',
+            hint="rindle validates websocket origins against ALLOWED_HOSTS; list the "
+            "site's host names instead.",
+            id="rindle.E009",
+        )
+    ]

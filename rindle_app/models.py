@@ -1,11 +1,14 @@
 """
-Bookkeeping tables of the engine, one model per ``_rindle_*`` table.
+Bookkeeping tables of the engine, one model per ``_rindle_*`` table, and the API
+tokens of machine clients.
 
-Django owns their DDL through migrations; the engine reads and writes them with
-plain SQL on its writer connection. The admin shows them read-only.
+Django owns their DDL through migrations; the engine reads and writes its tables
+with plain SQL on its writer connection. The admin shows them read-only.
 """
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class ChangeEvent(models.Model):
@@ -183,3 +186,48 @@ class ScopeSession(models.Model):
 
     def __str__(self):
         return f"{self.scope}/{self.client_id}"
+
+
+# --- access -----------------------------------------------------------------------
+
+
+class RindleToken(models.Model):
+    """
+    A scoped bearer token of a machine client (see ``rindle_app.tokens``).
+
+    Only the token's ``prefix`` (its public, looked-up part) and the SHA-256
+    ``digest`` of the whole token are stored; the raw token is shown once, when it
+    is created, and cannot be recovered.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rindle_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "_rindle_tokens"
+        verbose_name = "API token"
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"rdl_{self.prefix}_… ({self.name or self.user})"
+
+    def is_active(self, now=None):
+        """Neither revoked nor expired (at ``now``, default the current time)."""
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > now
+
+    def has_scope(self, scope):
+        """Whether the token grants ``scope``; ``"admin"`` grants every scope."""
+        scopes = self.scopes if isinstance(self.scopes, list) else []
+        return scope in scopes or "admin" in scopes

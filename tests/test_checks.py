@@ -3,9 +3,10 @@
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from rindle_app.checks import check_settings
+from rindle_app.checks import check_allowed_hosts, check_settings
 
 # The checks only read settings.DATABASES; no connection is opened through the
 # overridden aliases, which is what Django's warning is about.
@@ -35,6 +36,7 @@ def with_database(db, **rindle):
 def test_the_project_settings_pass_every_check():
     """The host project's own settings raise no rindle error or warning."""
     assert check_settings(None) == []
+    assert check_allowed_hosts(None) == []
     call_command("check", fail_level="WARNING")
 
 
@@ -159,3 +161,18 @@ def test_a_rindle_setting_that_is_not_a_dict_is_reported_not_crashing():
     with override_settings(RINDLE=["oops"]):
         assert [m.id for m in check_settings(None)] == ["rindle.E008"]
         assert rindle_settings.MUTATORS_MODULE == "mutators"
+
+
+def test_a_wildcard_allowed_host_is_refused_outside_debug():
+    """ALLOWED_HOSTS = ["*"] with DEBUG off is rindle.E009: websocket origins trust it."""
+
+    def ids(**overrides):
+        with override_settings(**overrides):
+            return [m.id for m in check_allowed_hosts(None)]
+
+    assert ids(DEBUG=False, ALLOWED_HOSTS=["example.com", "*"]) == ["rindle.E009"]
+    assert ids(DEBUG=True, ALLOWED_HOSTS=["*"]) == []
+    assert ids(DEBUG=False, ALLOWED_HOSTS=["example.com", ".example.org"]) == []
+    with override_settings(DEBUG=False, ALLOWED_HOSTS=["*"]):
+        with pytest.raises(SystemCheckError, match="rindle.E009"):
+            call_command("check")

@@ -20,3 +20,22 @@ def synced_labels():
 def synced_models():
     """The synced model classes; an unknown label raises LookupError."""
     return [apps.get_model(label) for label in synced_labels()]
+
+
+def introspect_tables(using=None):
+    """
+    A ``TableMap`` of the tables an engine of ``using`` registers (the client ledger
+    and every synced model's table), read from the database without starting one.
+    """
+    from django.db import connections
+
+    from .mutations import LEDGER
+    from .tables import TableMap, introspect
+
+    conn = connections[using or rindle_settings.DATABASE]
+    tables = TableMap()
+    with conn.cursor() as cursor:
+        tables.put(introspect(conn, cursor, LEDGER))
+        for model in synced_models():
+            tables.put(introspect(conn, cursor, model._meta.db_table, model=model))
+    return tables

@@ -8,7 +8,8 @@ query. The result has exactly the shape ``evaluate`` returns: a list of row obje
 (every column in table order, or only the ``select``ed ones) carrying each visible
 relationship under its alias (a list; an object or null under ``one``; an integer
 for ``count``; a number or null for ``sum``/``avg``). A root ``one`` query yields an
-object or None, a root aggregate a scalar.
+object or None, a root aggregate a scalar. ``render="snapshot"`` gives the SSR shape
+instead, as ``evaluate`` does: each row's cells nested under ``cols``.
 
 COMPARATOR_VERSION 2 is rebuilt from portable pieces: ``NULLS FIRST``/``LAST`` and
 ``COLLATE "C"`` for the order, ``GLOB`` on SQLite (whose LIKE ignores ASCII case)
@@ -35,13 +36,15 @@ _MAX_PAIRS = {"postgresql": 50, "sqlite": 63}
 _PARAM = re.compile("\x00(\\d+)\x00")
 
 
-def compile_query(query, vendor, schema):
+def compile_query(query, vendor, schema, *, render="fixture"):
     """``(sql, params)``: one SELECT returning the view of ``query`` as JSON text."""
     if vendor not in _MAX_PAIRS:
         raise ValueError(f"no SQL oracle for {vendor!r}")
+    if render not in ("fixture", "snapshot"):
+        raise ValueError(f"unknown render {render!r}")
     if not isinstance(query, Query):
         query = parse(query, schema)
-    compiler = _Compiler(vendor, schema)
+    compiler = _Compiler(vendor, schema, render)
     sql = compiler.root(query)
     # Placeholders are numbered as they are made; renumber them in text order.
     params = []
@@ -53,9 +56,9 @@ def compile_query(query, vendor, schema):
     return _PARAM.sub(positional, sql), params
 
 
-def run_query(query, connection, schema):
+def run_query(query, connection, schema, *, render="fixture"):
     """The view of ``query`` read from ``connection`` (a Django connection) now."""
-    sql, params = compile_query(query, connection.vendor, schema)
+    sql, params = compile_query(query, connection.vendor, schema, render=render)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         (text,) = cursor.fetchone()
@@ -135,10 +138,11 @@ def _holds(op, sign):
 
 
 class _Compiler:
-    def __init__(self, vendor, schema):
+    def __init__(self, vendor, schema, render="fixture"):
         self.vendor = vendor
         self.pg = vendor == "postgresql"
         self.schema = schema
+        self.snapshot = render == "snapshot"
         self.values = []
         self.aliases = 0
 
@@ -375,10 +379,15 @@ class _Compiler:
     def row_object(self, query, table, alias):
         names = query.select if query.select is not None else [c.name for c in table.columns]
         pairs = [(_text(n), self.value(self.column(table, n), self.ref(alias, n))) for n in names]
+        if self.snapshot:
+            pairs = [("'cols'", self.json_object(pairs))]
         for related in query.visible_related:
             pairs.append(
                 (self.key(related.subquery.alias), self.relationship(related, table, alias))
             )
+        return self.json_object(pairs)
+
+    def json_object(self, pairs):
         if len(pairs) > _MAX_PAIRS[self.vendor]:
             raise QueryError(
                 f"the SQL oracle renders at most {_MAX_PAIRS[self.vendor]} fields per row",

@@ -1,6 +1,6 @@
 """
-Reading the outbox: a consistent snapshot of the synced tables at a version, and
-the committed changes after a version, in order.
+Reading the outbox: a consistent snapshot of the synced tables at a version, one
+query's view at a version, and the committed changes after a version, in order.
 
 Rows come back as the same JSON images the capture triggers record, so a row read
 at hydration and the same row arriving as a change are equal value for value.
@@ -13,11 +13,15 @@ does not implement yet: it is exact when the engine is the only writer.
 """
 
 import json
+from contextlib import contextmanager
 
 from django.db import connections
 
 from ..engine.capture import OUTBOX, sqlite_image
 from ..engine.identifiers import quote
+from ..ivm.sql import compile_query
+
+HIGH_WATER = f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}"
 
 
 def decode(table, image):
@@ -32,36 +36,65 @@ def decode(table, image):
     return image
 
 
+@contextmanager
+def read_transaction(using, *, fresh=False):
+    """
+    A cursor inside ONE read-only transaction (REPEATABLE READ on Postgres, a
+    deferred transaction on SQLite): every statement in it reads one snapshot.
+
+    It runs on the thread's connection, unless ``fresh`` is set or that connection is
+    inside an atomic block: a transaction begun earlier cannot give this read a
+    snapshot of its own. Then it runs on a connection of its own, closed afterwards.
+    """
+    own = fresh or connections[using].in_atomic_block
+    conn = connections.create_connection(using) if own else connections[using]
+    try:
+        with conn.cursor() as cursor:
+            if conn.vendor == "sqlite":
+                cursor.execute("BEGIN DEFERRED")
+            else:
+                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield cursor
+            finally:
+                # Read only: a COMMIT and a ROLLBACK end it alike, and ROLLBACK also
+                # ends a Postgres transaction an error has aborted.
+                cursor.execute("ROLLBACK")
+    finally:
+        if own:
+            conn.close()
+
+
 def snapshot(using, tables):
     """
     (version, {table name: [rows]}) read in ONE read transaction: the rows are the
     tables exactly as of outbox seq ``version``.
     """
-    conn = connections.create_connection(using)
-    try:
-        conn.ensure_connection()
-        raw = conn.connection.cursor()
-        with conn.wrap_database_errors:
-            if conn.vendor == "sqlite":
-                raw.execute("BEGIN DEFERRED")
-            else:
-                raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                raw.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}")
-                version = raw.fetchone()[0]
-                rows = {}
-                for table in tables:
-                    if conn.vendor == "sqlite":
-                        image = sqlite_image("t", table)
-                    else:
-                        image = "to_jsonb(t)"
-                    raw.execute(f"SELECT {image} FROM {quote(table.name)} AS t")
-                    rows[table.name] = [decode(table, r[0]) for r in raw.fetchall()]
-            finally:
-                raw.execute("COMMIT")
-        return version, rows
-    finally:
-        conn.close()
+    with read_transaction(using, fresh=True) as cursor:
+        vendor = cursor.db.vendor
+        cursor.execute(HIGH_WATER)
+        version = cursor.fetchone()[0]
+        rows = {}
+        for table in tables:
+            image = sqlite_image("t", table) if vendor == "sqlite" else "to_jsonb(t)"
+            cursor.execute(f"SELECT {image} FROM {quote(table.name)} AS t")
+            rows[table.name] = [decode(table, r[0]) for r in cursor.fetchall()]
+    return version, rows
+
+
+def read_query(using, query, schema):
+    """
+    (version, view) of one parsed query, read in ONE read transaction: the view (in
+    the SSR shape, cells under ``cols``) is the database exactly as of outbox seq
+    ``version``, so a live subscription can take over from that version.
+    """
+    sql, params = compile_query(query, connections[using].vendor, schema, render="snapshot")
+    with read_transaction(using) as cursor:
+        cursor.execute(HIGH_WATER)
+        version = cursor.fetchone()[0]
+        cursor.execute(sql, params)
+        (text,) = cursor.fetchone()
+    return version, None if text is None else json.loads(text)
 
 
 def changes_after(using, seq, tables):

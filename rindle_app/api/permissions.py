@@ -1,0 +1,53 @@
+"""DRF permissions of rindle's routes: token scopes."""
+
+from rest_framework.permissions import BasePermission
+
+from ..models import RindleToken
+from ..tokens import SCOPES
+
+
+class TokenHasScope(BasePermission):
+    """
+    A request authenticated by a ``RindleToken`` must hold the view's
+    ``required_scope`` (``"admin"`` holds every scope). Other requests (a session, or
+    none) are not scope-limited: the adapter decides what their user may do.
+    """
+
+    message = "This token lacks the scope this route needs."
+    code = "insufficient_scope"
+
+    def has_permission(self, request, view):
+        token = request.auth
+        if not isinstance(token, RindleToken):
+            return True
+        scope = getattr(view, "required_scope", None)
+        return scope is None or token.has_scope(scope)
+
+
+class IsAuthenticatedWithScope(TokenHasScope):
+    """``TokenHasScope``, and anonymous requests are refused."""
+
+    message = TokenHasScope.message
+
+    def has_permission(self, request, view):
+        user = request.user
+        if user is None or not user.is_authenticated:
+            return False
+        return super().has_permission(request, view)
+
+
+def requires_scope(scope):
+    """
+    A permission class for a host project's own DRF views: token requests need
+    ``scope``, other requests pass (``permission_classes = [requires_scope("read")]``).
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; scopes are {SCOPES}")
+
+    class RequiresScope(TokenHasScope):
+        def has_permission(self, request, view):
+            token = request.auth
+            return not isinstance(token, RindleToken) or token.has_scope(scope)
+
+    RequiresScope.__name__ = RequiresScope.__qualname__ = f"RequiresScope_{scope}"
+    return RequiresScope

@@ -1,0 +1,196 @@
+"""
+The HTTP routes of rindle's app tier (the original's ``@rindle/api-server``) and the
+client schema. Every answer carries ``Rindle-Boot-Id``: the engine's boot id, so a
+client can tell that the server restarted.
+"""
+
+from django.db import DatabaseError
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import leases, named
+from ..conf import rindle_settings
+from ..engine import InvalidInput, RindleError, Unavailable, get_engine
+from ..engine.mutations import validate_envelope
+from ..engine.writer import is_infrastructure_error
+from ..ivm.ast import QueryError, parse, query_key
+from ..stream.reader import read_query
+from . import serializers as s
+from .errors import exception_handler
+from .permissions import IsAuthenticatedWithScope, TokenHasScope
+
+BOOT_ID_HEADER = "Rindle-Boot-Id"
+SYSTEM_PREFIX = "_rindle/"
+
+
+def _errors(*statuses):
+    return {status: OpenApiResponse(s.ErrorResponse) for status in statuses}
+
+
+class RindleView(APIView):
+    """JSON in, JSON out, errors in one shape, and the boot id on every answer."""
+
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+    permission_classes = [TokenHasScope]
+    required_scope = None
+
+    def get_exception_handler(self):
+        return exception_handler
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        try:
+            response[BOOT_ID_HEADER] = get_engine().boot_id
+        except (RindleError, DatabaseError):
+            pass  # no engine could start: the response already says why
+        return response
+
+    def validated(self, serializer_class):
+        serializer = serializer_class(data=self.request.data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+
+def resolve(name, args, user, client_id=None):
+    """(engine, parsed query) of named query ``name`` for ``user``."""
+    if name.startswith(SYSTEM_PREFIX):
+        # System queries are subscribed over the websocket after init, never leased.
+        raise named.QueryRefused(f"unknown query {name!r}", "unknown_query")
+    engine = get_engine()
+    ast = named.resolve(name, args, user, client_id=client_id)
+    return engine, parse(ast, engine.tables)
+
+
+class QueryView(RindleView):
+    """``POST /api/rindle/query``: a lease on a named query, to subscribe with."""
+
+    required_scope = "read"
+
+    @extend_schema(
+        operation_id="rindle_query_lease",
+        summary="Lease a named query",
+        request=s.QueryRequest,
+        responses={200: s.LeaseResponse, **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request):
+        data = self.validated(s.QueryRequest)
+        name, args, client_id = data["name"], data["args"], data["clientId"]
+        _engine, query = resolve(name, args, request.user, client_id)
+        token, info = leases.mint(name, args, request.user, client_id)
+        return Response(
+            {"leaseToken": token, "queryKey": query_key(query), "expiresAt": info["expiresAt"]}
+        )
+
+
+class ReadView(RindleView):
+    """
+    ``POST /api/rindle/read``: a named query's rows once, with the outbox version
+    they reflect (``cvMin``), for server-side rendering. It subscribes nothing.
+    """
+
+    required_scope = "read"
+
+    @extend_schema(
+        operation_id="rindle_read",
+        summary="Read a named query once",
+        request=s.ReadRequest,
+        responses={200: s.ReadResponse, **_errors(400, 401, 403, 404, 503)},
+    )
+    def post(self, request):
+        data = self.validated(s.ReadRequest)
+        engine, query = resolve(data["name"], data["args"], request.user)
+        if query.aggregate is not None:
+            raise QueryError("a root aggregate has no rows to read", code="unsupported")
+        try:
+            cv, view = read_query(engine.using, query, engine.tables)
+        except DatabaseError as exc:
+            if is_infrastructure_error(exc):
+                raise Unavailable(f"the database is unavailable: {exc}") from exc
+            raise
+        # The clients' SSR store maps over rows: a one-query is 0 or 1 rows, not an object.
+        if query.one:
+            view = [] if view is None else [view]
+        return Response({"rows": view, "cvMin": cv, "queryKey": query_key(query)})
+
+
+class MutateView(RindleView):
+    """
+    ``POST /api/rindle/mutate``: client mutations, applied strictly in order.
+
+    ``{"envelope": {...}}`` answers one outcome; ``{"envelopes": [...]}`` a list of
+    them, in order. A malformed body applies nothing. A mid gap stops the batch with
+    409 and the stored lmid; a database failure with a retryable 503. Envelopes before
+    the stopping one were applied: retrying the same batch is safe, since a mid at or
+    below the lmid is absorbed.
+    """
+
+    required_scope = "mutate"
+
+    @extend_schema(
+        operation_id="rindle_mutate",
+        summary="Apply client mutations",
+        request=s.MutateRequest,
+        responses={
+            200: OpenApiResponse(
+                s.MutationOutcome(many=True),
+                description="One outcome per envelope (a single object for `envelope`).",
+            ),
+            **_errors(400, 401, 403, 409, 503),
+        },
+    )
+    def post(self, request):
+        data = self.validated(s.MutateRequest)
+        single = "envelope" in data
+        envelopes = [data["envelope"]] if single else data["envelopes"]
+        limit = int(rindle_settings.MAX_MUTATIONS_PER_REQUEST)
+        if not 1 <= len(envelopes) <= limit:
+            raise InvalidInput(f"send 1 to {limit} envelopes, not {len(envelopes)}")
+        for i, e in enumerate(envelopes):
+            try:
+                validate_envelope(e["clientID"], e["mid"], e["name"], e["args"])
+            except InvalidInput as exc:
+                raise InvalidInput(f"envelopes[{i}]: {exc.message}", code=exc.code) from None
+        engine = get_engine()
+        outcomes = []
+        for e in envelopes:
+            result = engine.mutate(e["clientID"], e["mid"], e["name"], e["args"], request.user)
+            outcomes.append(_outcome(result))
+        return Response(outcomes[0] if single else outcomes)
+
+
+def _outcome(result):
+    if result.accepted:
+        out = {"accepted": True, "rejected": False, "lmid": result.lmid, "cv": result.cv}
+        if result.status == "absorbed":
+            out["duplicate"] = True
+        return out
+    return {
+        "accepted": False,
+        "rejected": True,
+        "reason": result.reason,
+        "code": result.code,
+        "lmid": result.lmid,
+        "cv": result.cv,
+    }
+
+
+class SchemaView(RindleView):
+    """
+    ``GET /schema``: the tables clients may query, sorted by name, bookkeeping tables
+    left out. Open to any signed-in user and to tokens with the ``schema`` scope.
+    """
+
+    permission_classes = [IsAuthenticatedWithScope]
+    required_scope = "schema"
+
+    @extend_schema(
+        operation_id="rindle_schema",
+        summary="The client schema",
+        responses={200: s.SchemaResponse, **_errors(401, 403)},
+    )
+    def get(self, request):
+        return Response({"tables": get_engine().base_table_schemas()})

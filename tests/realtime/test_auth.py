@@ -1,0 +1,106 @@
+"""Who is on the socket: bearer tokens with scopes, sessions, and revocation of open sockets."""
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+from django.test import Client as HttpClient
+
+from rindle_app import tokens
+
+from .conftest import ORIGIN, Client
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+db = database_sync_to_async
+
+
+def bearer(raw):
+    return [ORIGIN, (b"authorization", f"Bearer {raw}".encode())]
+
+
+@pytest.fixture
+def alice(live):
+    return get_user_model().objects.create_user("alice", password="pw")
+
+
+async def subscribe(client):
+    await client.send({"t": "subscribe", "queryId": 1, "name": "users", "mode": "normalized"})
+    return await client.recv_until("progress")
+
+
+@pytest.mark.parametrize("raw", ["rdl_nope_nope", "garbage", ""])
+async def test_a_bad_token_is_refused_before_accept(live, raw):
+    client = Client(headers=bearer(raw))
+    assert not await client.connect()
+
+
+async def test_another_auth_scheme_is_refused(live):
+    client = Client(headers=[ORIGIN, (b"authorization", b"Basic YTpi")])
+    assert not await client.connect()
+
+
+async def test_token_scopes_limit_what_a_socket_may_do(alice):
+    raw, _ = await db(tokens.create)(alice, ["read"])
+    client = Client(headers=bearer(raw))
+    assert await client.connect()
+    frames = await subscribe(client)
+    assert frames[0]["t"] == "nhello"
+    await client.send({"t": "init", "clientID": "c1"})
+    env = {"clientID": "c1", "mid": 1, "name": "setStatus", "args": {}}
+    await client.send({"t": "pushMutation", "envelope": env})
+    reply = await client.recv()
+    assert reply["t"] == "error" and reply["code"] == "unauthorized"
+    assert await db(lambda: live_lmid("c1"))() == 0
+    await client.close()
+
+
+def live_lmid(client_id):
+    from rindle_app.engine import get_engine
+
+    return get_engine().client_lmid(client_id)
+
+
+async def test_a_token_without_read_scope_cannot_subscribe(alice):
+    raw, _ = await db(tokens.create)(alice, ["mutate"])
+    client = Client(headers=bearer(raw))
+    assert await client.connect()
+    await client.send({"t": "subscribe", "queryId": 1, "name": "users", "mode": "normalized"})
+    reply = await client.recv()
+    assert reply["t"] == "queryError" and reply["code"] == "unauthorized"
+    await client.close()
+
+
+async def test_revoking_a_token_closes_its_open_sockets(alice, settings):
+    settings.RINDLE = {**settings.RINDLE, "WS_AUTH_RECHECK_SECONDS": 0.1}
+    raw, token = await db(tokens.create)(alice, ["read"])
+    client = Client(headers=bearer(raw))
+    assert await client.connect()
+    await subscribe(client)
+    await db(tokens.revoke)(token.prefix)
+    reply = await client.recv(timeout=3)
+    assert reply["t"] == "queryError" and reply["code"] == "unauthorized"
+    closed = await client.comm.receive_output(timeout=3)
+    assert closed == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_session_user_is_the_socket_user_until_logged_out(alice, settings):
+    settings.RINDLE = {**settings.RINDLE, "WS_AUTH_RECHECK_SECONDS": 0.1}
+    http = HttpClient()
+    await db(http.force_login)(alice)
+    cookie = f"sessionid={http.cookies['sessionid'].value}".encode()
+    client = Client(headers=[ORIGIN, (b"cookie", cookie)])
+    assert await client.connect()
+    await client.send(
+        {
+            "t": "subscribe",
+            "queryId": 1,
+            "name": "myIssues",
+            "args": {"limit": 5},
+            "mode": "normalized",
+        }
+    )
+    hello, snap, _ = await client.recv_until("progress")
+    assert hello["t"] == "nhello"
+    await db(http.logout)()
+    reply = await client.recv(timeout=3)
+    assert reply["t"] == "queryError" and reply["code"] == "unauthorized"
