@@ -3,22 +3,37 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NODE_STAMP := tests/node/node_modules/.installed
 
-.PHONY: install demo test bench
+.PHONY: install install-test demo test bench
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $(STAMP)
 
+# The published npm clients the judge tests run (tests/node); without npm they are
+# skipped (under CI=true they fail).
+$(NODE_STAMP): tests/node/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/node --silent --no-audit --no-fund && touch $(NODE_STAMP); \
+	else \
+		echo "npm not found: tests/node is not installed (its judge tests will skip)" >&2; \
+	fi
+
+# What the demo needs: the Python packages.
 install: $(STAMP)
+
+# What the tests need besides: the npm clients and Debian's chromium (browser tests).
+install-test: install $(NODE_STAMP)
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 demo: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py rindle_seed_demo
 	$(BIN)/python manage.py runserver $${RINDLE_DEMO_ADDR:-127.0.0.1:8000}
 
-test: install
+test: install-test
 	bash scripts/test.sh
 
 bench: install
