@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -44,8 +45,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     hub = None
     token = None
+    # Frames come straight from the hub (see hub.py), so the consumer listens on no
+    # channel layer: no per-socket receive on Redis, and a Redis hiccup closes nothing.
+    channel_layer_alias = None
 
     async def connect(self):
+        self.channel_name = f"rindle.{uuid.uuid4().hex}"
         self.user = self.scope.get("user")
         self.client_id = None
         bearer = _bearer(self.scope)

@@ -617,9 +617,10 @@ def test_a_writer_committing_after_a_later_seq_is_not_lost(run):
     writer.start()
     try:
         assert inserted.wait(STEP_TIMEOUT)
-        # seq N+1 commits first, and the server delivers it
+        # seq N+1 commits first; the server must hold it back (the outbox fence) rather
+        # than move past N: give it time to get that wrong
         Comment.objects.create(id="c-early", issue_id="i2", author_id="cy", body="x", created_at=7)
-        run.settle("a later seq commits first")
+        time.sleep(0.5)
     finally:
         release.set()
         writer.join(STEP_TIMEOUT)
