@@ -141,5 +141,6 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"rindle": {"handlers": ["console"], "level": "INFO"}},
+    # propagate=False: Daphne configures the root logger too, which would print twice.
+    "loggers": {"rindle": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }
