@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from .compare import SIMPLE_OPS
 
@@ -97,7 +98,7 @@ class Query:
     order_by: tuple = ()  # ((column, "asc" | "desc"), ...), total: ends with the pk
     aggregate: object = None  # None | "count" | ("sum", col) | ("avg", col)
 
-    @property
+    @cached_property  # read for every row rendered; the query never changes
     def visible_related(self):
         """Relationships that render (permission gates filter without syncing)."""
         return tuple(r for r in self.related if r.system != "permissions")

@@ -249,39 +249,45 @@ class Catalog:
         it, so a bulk commit costs per view what concerns that view.
         """
         routes = {}
+        queries = self.queries
 
-        def send(key, pks):
-            if key not in self.queries:
+        def send(key, change, pks):
+            route = routes.get(key)
+            if route is None:
+                if key in queries:
+                    routes[key] = ([change], None if pks is None else set(pks))
                 return
-            routed, known = routes.setdefault(key, ([], set()))
-            if not routed or routed[-1] is not change:
+            routed, known = route
+            if routed[-1] is not change:
                 routed.append(change)
-            if pks is None or known is None:
-                routes[key] = (routed, None)
-            else:
-                known.update(pks)
+            if known is not None:
+                if pks is None:
+                    routes[key] = (routed, None)
+                else:
+                    known.update(pks)
 
         for change in changes:
             table, old, new = change
             for key in self._by_table.get(table, ()):
-                send(key, None)
+                send(key, change, None)
             for shape in self._shapes.values():
                 if table not in shape.tables:
                     continue
+                columns = (shape.column,)
                 if table == shape.root:
                     for row in (old, new):
                         if row is not None:
-                            for key in shape.by_value.get(index_key(row, (shape.column,)), ()):
-                                send(key, None)
+                            for key in shape.by_value.get(index_key(row, columns), ()):
+                                send(key, change, None)
                     continue
-                probe = self.queries[next(iter(next(iter(shape.by_value.values()))))]
+                probe = queries[next(iter(next(iter(shape.by_value.values()))))]
                 by_value = {}
                 for pk, versions in probe.view.affected_roots([change]).items():
                     for row in versions:
-                        by_value.setdefault(index_key(row, (shape.column,)), set()).add(pk)
+                        by_value.setdefault(index_key(row, columns), set()).add(pk)
                 for value, pks in by_value.items():
                     for key in shape.by_value.get(value, ()):
-                        send(key, pks)
+                        send(key, change, pks)
         return routes
 
     def _fault(self, key, exc):

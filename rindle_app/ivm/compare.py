@@ -37,19 +37,56 @@ def sort_key(value):
     if value is None:
         return _NULL_KEY
     kind = type(value)
+    if kind is int:
+        as_float = float(value)
+        # Beyond 2**53 the double rounds; the remainder keeps big integers exact. An
+        # int is never NaN nor -0.0, so _float_key's cases reduce to this one.
+        return (_NUMBER, 0, as_float, 0, value - int(as_float))
     if kind is str:
         return (_STRING, value)
     if kind is bool:
         return (_BOOL, int(value))
     if kind is float:
         return _float_key(value)
-    if kind is int:
-        as_float = float(value)
-        # Beyond 2**53 the double rounds; the remainder keeps big integers exact.
-        return _float_key(as_float, value - int(as_float))
     if isinstance(value, (int, float)):  # subclasses
         return sort_key(float(value) if isinstance(value, float) else int(value))
     return (_OTHER, json.dumps(value, sort_keys=True, separators=(",", ":")))
+
+
+def reverse_sort_key(value):
+    """
+    A key whose Python ordering is the reverse of ``sort_key``'s: every component
+    negated, so descending keys compare as plain tuples (text, which cannot be
+    negated, compares through a reversing wrapper).
+    """
+    if type(value) is int:  # sort_key's int case, negated, without building it first
+        as_float = float(value)
+        return (-_NUMBER, 0, -as_float, 0, int(as_float) - value)
+    key = sort_key(value)
+    if key[0] >= _STRING:
+        return (-key[0], _Reversed(key[1]))
+    return tuple([-part for part in key])
+
+
+class _Reversed:
+    """Reverses the order of a text key."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+    def __lt__(self, other):
+        return other.text < self.text
+
+    def __gt__(self, other):
+        return self.text < other.text
+
+    def __eq__(self, other):
+        return self.text == other.text
+
+    def __hash__(self):
+        return hash(self.text)
 
 
 def compare(a, b):
@@ -105,6 +142,8 @@ SIMPLE_OPS = frozenset(
 
 def matches(op, cell, literal):
     """Evaluate ``cell <op> literal`` with rindle's semantics (a bool, never null)."""
+    if op == "=":  # by far the most common, so tested first
+        return equal(cell, literal)
     if op == "IS":
         return sort_key(cell) == sort_key(literal)
     if op == "IS NOT":

@@ -121,10 +121,11 @@ class Evaluator:
     def node(self, query, row):
         if self.visit is not None:
             self.visit(query.table, row, None)
-        table = self.schema.get(query.table)
-        names = query.select if query.select is not None else [c.name for c in table.columns]
+        names = query.select
+        if names is None:
+            names = [c.name for c in self.schema.get(query.table).columns]
         cells = {name: row.get(name) for name in names}
-        out = {"cols": cells} if self.render == "snapshot" else dict(cells)
+        out = {"cols": cells} if self.render == "snapshot" else cells
         for related in query.visible_related:
             sub = related.subquery
             if sub.aggregate is not None:

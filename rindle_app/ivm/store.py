@@ -11,45 +11,40 @@ refilling a window from its bound).
 
 from sortedcontainers import SortedKeyList
 
-from .compare import sort_key
-
-
-class _Desc:
-    """Reverses the order of a sort key (for descending orderBy columns)."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key):
-        self.key = key
-
-    def __lt__(self, other):
-        return other.key < self.key
-
-    def __eq__(self, other):
-        return self.key == other.key
-
-    def __hash__(self):
-        return hash(self.key)
+from .compare import reverse_sort_key, sort_key
 
 
 def order_key(order_by):
-    """A function row -> key whose ordering is ``order_by``'s (null first, per direction)."""
-    columns = tuple((c, d == "desc") for c, d in order_by)
+    """
+    A function row -> key whose ordering is ``order_by``'s (null first, per direction).
+
+    The column keys are concatenated into one flat tuple, which orders the same as a
+    tuple of them (a column key's length follows from its first item, the kind) and
+    costs a window's bisect one tuple per row instead of one per column.
+    """
+    columns = tuple((c, reverse_sort_key if d == "desc" else sort_key) for c, d in order_by)
+    if len(columns) == 2:  # the usual completed order: one column, then the primary key
+        (first, first_key), (second, second_key) = columns
+        return lambda row: first_key(row.get(first)) + second_key(row.get(second))
 
     def key(row):
-        return tuple(
-            _Desc(sort_key(row.get(c))) if desc else sort_key(row.get(c)) for c, desc in columns
-        )
+        flat = ()
+        for c, column_key in columns:
+            flat += column_key(row.get(c))
+        return flat
 
     return key
 
 
 def index_key(row, columns):
     """The lookup key of ``row`` on ``columns``; None if any is null (null never correlates)."""
+    if len(columns) == 1:  # the usual correlation: one column
+        value = row.get(columns[0])
+        return None if value is None else (sort_key(value),)
     values = [row.get(c) for c in columns]
     if any(v is None for v in values):
         return None
-    return tuple(sort_key(v) for v in values)
+    return tuple([sort_key(v) for v in values])
 
 
 class MemoryStore:
@@ -61,11 +56,18 @@ class MemoryStore:
         self._lookups = {}  # table -> {columns: {key: {pk: row}}}
         # table -> {(order_by, guard column or None): {guard key or None: SortedKeyList}}
         self._orders = {}
+        # table -> primary key columns: a schema change rebuilds the store, never edits it.
+        self._primary_keys = {}
 
     # --- reading ----------------------------------------------------------------------
 
     def pk(self, table, row):
-        return tuple(sort_key(row.get(c)) for c in self.schema.get(table).primary_key)
+        columns = self._primary_keys.get(table)
+        if columns is None:
+            columns = self._primary_keys[table] = self.schema.get(table).primary_key
+        if len(columns) == 1:
+            return (sort_key(row.get(columns[0])),)
+        return tuple([sort_key(row.get(c)) for c in columns])
 
     def rows(self, table):
         return self._table(table).values()
@@ -138,21 +140,18 @@ class MemoryStore:
             rows[pk] = new
             self._index(table, pk, new)
 
-    def _orders_of(self, table, row):
-        """(lists, value, list) holding ``row``: one per (order, guard column) kept."""
-        for (_order_by, column), by_value in self._orders.get(table, {}).items():
-            value = None if column is None else index_key(row, (column,))
-            ordered = by_value.get(value)
-            if ordered is not None:
-                yield by_value, value, ordered
-
     def _index(self, table, pk, row):
         for columns, index in self._lookups.get(table, {}).items():
             k = index_key(row, columns)
             if k is not None:
-                index.setdefault(k, {})[pk] = row
-        for _by_value, _value, ordered in self._orders_of(table, row):
-            ordered.add(row)
+                bucket = index.get(k)
+                if bucket is None:
+                    bucket = index[k] = {}
+                bucket[pk] = row
+        for (_order_by, column), by_value in self._orders.get(table, {}).items():
+            ordered = by_value.get(None if column is None else index_key(row, (column,)))
+            if ordered is not None:
+                ordered.add(row)
 
     def _unindex(self, table, pk, row):
         for columns, index in self._lookups.get(table, {}).items():
@@ -162,7 +161,10 @@ class MemoryStore:
                 bucket.pop(pk, None)
                 if not bucket:
                     del index[k]
-        for by_value, value, ordered in list(self._orders_of(table, row)):
-            ordered.remove(row)
-            if not ordered and value is not None:
-                del by_value[value]
+        for (_order_by, column), by_value in self._orders.get(table, {}).items():
+            value = None if column is None else index_key(row, (column,))
+            ordered = by_value.get(value)
+            if ordered is not None:
+                ordered.remove(row)
+                if not ordered and value is not None:
+                    del by_value[value]

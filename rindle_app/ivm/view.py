@@ -96,6 +96,8 @@ class View:
 
     def affected_roots(self, changes):
         """{root pk: [row versions]} of the root rows ``changes`` may alter."""
+        if len(changes) == 1:  # a fresh dict already: nothing to merge
+            return self._affected(self.query, *changes[0])
         out = {}
         for table, old, new in changes:
             for pk, versions in self._affected(self.query, table, old, new).items():
@@ -114,30 +116,30 @@ class View:
             return []
         q, touched = self.query, {}
         limit = q.limit
-        full = limit is not None and len(self._members) >= limit
-        last = self._key(self._members[-1]) if full and self._members else None
+        members, roots = self._members, self._roots  # one root per member: len(roots) is theirs
+        last = self._key(members[-1]) if limit is not None and len(roots) >= limit > 0 else None
         for pk in affected:
-            if pk in self._roots:
+            if pk in roots:
                 self._evict(pk, touched)
         candidates = []
         for pk in affected:
             row = self.store.get(q.table, pk)
             if row is not None and self._qualifies(row):
-                candidates.append(row)
+                candidates.append((pk, row))
         if last is not None:
             # Rows outside the old window all sort after its last row: a candidate past
             # that point may not be next, so the store refills the window from there.
-            for row in candidates:
+            for pk, row in candidates:
                 if not self._key(row) > last:
-                    self._admit(row, touched)
-            if len(self._members) < limit:
-                for row in self._scan(after=last, need=limit - len(self._members)):
+                    self._admit(row, touched, pk)
+            if len(roots) < limit:
+                for row in self._scan(after=last, need=limit - len(roots)):
                     self._admit(row, touched)
         else:
-            for row in candidates:
-                self._admit(row, touched)
-        while limit is not None and len(self._members) > limit:
-            self._evict(self.store.pk(q.table, self._members[-1]), touched)
+            for pk, row in candidates:
+                self._admit(row, touched, pk)
+        while limit is not None and len(roots) > limit:
+            self._evict(self.store.pk(q.table, members[-1]), touched)
         return self._ops(touched)
 
     # --- internals -----------------------------------------------------------------------
@@ -179,54 +181,65 @@ class View:
                 if need is not None and found >= need:
                     return
 
-    def _admit(self, row, touched):
+    def _admit(self, row, touched, pk=None):
+        """Add a root row (``pk``: its primary key, when known) to the view."""
         shown = []
         self.evaluator.visit = lambda table, r, key: shown.append((table, r, key))
         try:
             node = self.evaluator.node(self.query, row)
         finally:
             self.evaluator.visit = None
-        pk = self.store.pk(self.query.table, row)
+        if pk is None:
+            pk = self.store.pk(self.query.table, row)
         self._members.add(row)
-        self._roots[pk] = (row, node, shown)
+        # The footprint keys are kept with the root, so evicting it needs no key again.
+        paths = []
+        footprint, images = self.footprint, self._images
         for table, r, key_columns in shown:
-            key = (table, self._pk(table, r, key_columns))
-            self._touch(key, touched)
-            self.footprint[key] += 1
-            self._images[key] = r
+            # The root row itself (visited first) has the pk just computed.
+            root = r is row and key_columns is None
+            key = (table, pk if root else self._pk(table, r, key_columns))
+            paths.append(key)
+            if key not in touched:  # its image before this commit, once per key
+                touched[key] = images.get(key) if footprint.get(key) else None
+            footprint[key] += 1
+            images[key] = r
+        self._roots[pk] = (row, node, paths)
 
     def _evict(self, pk, touched):
-        row, _node, shown = self._roots.pop(pk)
+        row, _node, paths = self._roots.pop(pk)
         self._members.remove(row)
-        for table, r, key_columns in shown:
-            key = (table, self._pk(table, r, key_columns))
-            self._touch(key, touched)
-            self.footprint[key] -= 1
-            if not self.footprint[key]:
-                del self.footprint[key]
+        footprint, images = self.footprint, self._images
+        for key in paths:
+            if key not in touched:
+                touched[key] = images.get(key) if footprint.get(key) else None
+            paths_left = footprint[key] - 1
+            if paths_left:
+                footprint[key] = paths_left
+            else:
+                del footprint[key]
 
     def _pk(self, table, row, key_columns):
         if key_columns is None:
             return self.store.pk(table, row)
-        return tuple(sort_key(row.get(c)) for c in key_columns)
-
-    def _touch(self, key, touched):
-        if key not in touched:
-            touched[key] = self._images.get(key) if self.footprint.get(key) else None
+        return tuple([sort_key(row.get(c)) for c in key_columns])
 
     def _ops(self, touched):
         ops = []
-        for (table, pk), before in touched.items():
-            after = self._images.get((table, pk)) if self.footprint.get((table, pk)) else None
+        images, footprint = self._images, self.footprint
+        for key, before in touched.items():
+            table = key[0]
+            after = images.get(key) if footprint.get(key) else None
             if after is None:
-                self._images.pop((table, pk), None)
+                images.pop(key, None)
                 if before is not None:
                     ops.append({"table": table, "op": "remove", "row": before})
             elif before is None:
                 ops.append({"table": table, "op": "add", "row": after})
             elif before != after:
                 ops.append({"table": table, "op": "edit", "old": before, "new": after})
-        ops.sort(key=lambda o: (o["op"] != "remove", o["table"]))
+        if len(ops) > 1:
+            ops.sort(key=lambda o: (o["op"] != "remove", o["table"]))
         return ops
 
     def _affected(self, q, table, old, new):

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from rindle_app.ivm.compare import COMPARATOR_VERSION, compare, like, matches, sort_key
+from rindle_app.ivm.compare import (
+    COMPARATOR_VERSION,
+    compare,
+    like,
+    matches,
+    reverse_sort_key,
+    sort_key,
+)
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance" / "compare-vectors.json"
 
@@ -34,6 +41,21 @@ def test_integers_and_floats_share_one_number_domain_and_stay_exact():
     assert compare(2**53 + 1, 2**53) == 1
     assert compare(2**53 + 1, float(2**53)) == 1
     assert sort_key(True) != sort_key(1)  # booleans are not numbers
+
+
+def test_reverse_sort_key_is_the_exact_reverse_of_sort_key():
+    """A descending key orders every pair of values opposite to sort_key, and equal ones equal."""
+    nan = float("nan")
+    values = [None, False, True, -nan, float("-inf"), -(2**60) - 1, -1.5, -1, -0.0, 0.0, 0]
+    values += [1, 1.0, 2**53, 2**53 + 1, float(2**53), float("inf"), nan, "", "a", "ab", "b"]
+    values += ["é", [1, 2], {"a": 1}]
+    for a in values:
+        for b in values:
+            ka, kb = sort_key(a), sort_key(b)
+            ra, rb = reverse_sort_key(a), reverse_sort_key(b)
+            assert (ra < rb) == (kb < ka), (a, b)
+            assert (ra > rb) == (kb > ka), (a, b)
+            assert (ra == rb) == (ka == kb), (a, b)
 
 
 @pytest.mark.parametrize(
