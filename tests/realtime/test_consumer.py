@@ -14,7 +14,7 @@ from rindle_app.ivm.normalized import normalized_fp
 from rindle_app.named import named_query
 from rindle_app.testing import outbox_high_water
 
-from .conftest import ORIGIN, Client
+from .conftest import ORIGIN, Client, eventually
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -464,3 +464,28 @@ def _drop_scratch():
 
     with connection.cursor() as cursor:
         cursor.execute(f'DROP TABLE IF EXISTS "{SCRATCH}"')
+
+
+async def test_connection_churn_leaves_no_state_behind(live):
+    """Hundreds of sockets subscribing and leaving: the hub ends as it started."""
+    from rindle_app.realtime.hub import get_hub
+
+    hub = await db(get_hub)()
+    names = [("users", None), ("issuesPage", {"limit": 5}), ("tagOptions", None)]
+    for round_ in range(20):
+        clients = [Client() for _ in range(10)]
+        for i, client in enumerate(clients):
+            assert await client.connect()
+            await client.send({"t": "init", "clientID": f"churn-{round_}-{i}"})
+            name, args = names[i % len(names)]
+            await subscribe(client, 1, name, args)
+            await subscribe(client, 2, "_rindle/clientLmid", {})
+        await db(User.objects.create)(id=f"u{round_}", name="x")
+        for i, client in enumerate(clients):
+            if names[i % len(names)][0] == "users":
+                await client.recv_until("progress")  # its subscribers see the write
+            await client.close()
+        await db(User.objects.filter(id=f"u{round_}").delete)()
+    await eventually(lambda: not hub.conns)
+    assert hub.catalog.queries == {} and hub._encoded == {}
+    assert hub.catalog._by_sub == {}
