@@ -3,17 +3,21 @@
 Fan-out through real websockets (W3 of ``ivm-anchors.md`` §6): commit → client receipt.
 
     .venv/bin/python bench/ws.py [--quick] [--sizes 1,100,1000] [--rate 50] [--seconds 5]
+        [--database-url postgres://user@host:5432/db]
 
-One run, one fresh database: a temporary SQLite file (``DATABASE_URL``), migrated and
-seeded with the demo's issue tracker in this process, deleted afterwards. Daphne
-serves it from a subprocess; the websocket clients live in a second subprocess
-(bench/ws_clients.py, asyncio). Every client subscribes the SAME query, the demo's
-``issuesPage {limit: 50}`` (50 newest issues with owner, tags and comment count), so
-the server maintains one shared query and fans each commit out to N connections.
+One run, one fresh database (``DATABASE_URL``): a temporary SQLite file, or with
+``--database-url postgres://...`` a dedicated ``rindle_bench_ws_<pid>`` database created
+on that server; migrated and seeded with the demo's issue tracker in this process,
+deleted (dropped) afterwards. Daphne serves it from a subprocess; the websocket
+clients live in a second subprocess (bench/ws_clients.py, asyncio). Every client
+subscribes the SAME query, the demo's ``issuesPage {limit: 50}`` (50 newest issues
+with owner, tags and comment count), so the server maintains one shared query and fans
+each commit out to N connections.
 
-For each N this process commits single-row writes to the SQLite file at a steady
-rate (``--rate``, capped so that rate x N <= ``--max-msgs``; the multi-process path:
-the server finds them by polling its outbox) and records each commit's time and cv.
+For each N this process commits single-row writes to the database at a steady rate
+(``--rate``, capped so that rate x N <= ``--max-msgs``; the multi-process path: on
+SQLite the server finds them by polling its outbox, on PostgreSQL through LISTEN/NOTIFY)
+and records each commit's time and cv.
 Variants, in a rotated order per N and repeat:
 
 - **rindle**: N subscribers of ``/ws/rindle/``; latency = receipt of the first
@@ -51,6 +55,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -176,7 +181,13 @@ def parse_args(argv=None):
         help="run Daphne under cProfile (its event loop thread); writes "
         "bench/results/profile-ws-daphne.pstats and prints the top functions",
     )
-    p.add_argument("--json", default=None, help="results file (bench/results/ws-sqlite.json)")
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="postgres://user@host:port/db: run on a fresh database rindle_bench_ws_<pid> "
+        "created on that server (and dropped after); default: a temporary SQLite file",
+    )
+    p.add_argument("--json", default=None, help="results file (bench/results/ws-<backend>.json)")
     args = p.parse_args(argv)
     try:
         args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -192,7 +203,89 @@ def parse_args(argv=None):
         args.rerun_queries = 1500 if args.quick else 4000
     if args.rate <= 0 or args.seconds <= 0 or args.max_msgs <= 0 or args.repeats < 1:
         p.error("--rate, --seconds and --max-msgs must be positive, --repeats >= 1")
+    if args.database_url and urlsplit(args.database_url).scheme not in (
+        "postgres",
+        "postgresql",
+    ):
+        p.error("--database-url takes a postgres:// URL (the default is a SQLite file)")
     return args
+
+
+# --- the database -----------------------------------------------------------------------
+
+
+class Database:
+    """
+    The run's fresh database: a SQLite file in ``tmpdir`` (the default), or, given a
+    ``postgres://`` URL, a dedicated database ``rindle_bench_ws_<pid>`` created on that
+    server through a connection to the URL's own database. ``url`` is DATABASE_URL.
+    """
+
+    def __init__(self, given, tmpdir):
+        self.given = given
+        self.backend = "postgresql" if given else "sqlite"
+        self.name = None
+        self.path = None
+        self.created = False  # a PostgreSQL database that drop() must remove
+        if given:
+            parts = urlsplit(given)
+            self.name = f"rindle_bench_ws_{os.getpid()}"
+            self.url = urlunsplit((parts.scheme, parts.netloc, "/" + self.name, parts.query, ""))
+        else:
+            self.path = str(Path(tmpdir) / "bench.sqlite3")
+            self.url = f"sqlite:///{self.path}"
+
+    @property
+    def label(self):
+        return "SQLite" if self.backend == "sqlite" else "PostgreSQL"
+
+    def create(self):
+        if self.backend == "postgresql":
+            import psycopg
+
+            with psycopg.connect(self.given, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{self.name}"')
+                admin.execute(f'CREATE DATABASE "{self.name}"')
+            self.created = True
+
+    def drop(self):
+        """Drop the PostgreSQL database (the SQLite file goes with the temporary dir)."""
+        if self.created:
+            import psycopg
+
+            with psycopg.connect(self.given, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+            self.created = False
+
+    def connect(self):
+        """A new driver connection: stdlib sqlite3, or psycopg with autocommit off."""
+        if self.backend == "sqlite":
+            return sqlite3.connect(self.path)
+        import psycopg
+
+        return psycopg.connect(self.url, autocommit=False)
+
+    def read(self, sql):
+        """The rows of one SELECT as dicts, on a connection of its own."""
+        conn = self.connect()
+        try:
+            cursor = conn.execute(sql)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+        finally:
+            conn.close()
+
+    def version(self):
+        if self.backend == "sqlite":
+            return {"sqlite": sqlite3.sqlite_version}
+        import psycopg
+
+        conn = self.connect()
+        try:
+            server = conn.execute("SHOW server_version").fetchone()[0]
+        finally:
+            conn.close()
+        return {"postgresql": server, "psycopg": psycopg.__version__}
 
 
 # --- processes --------------------------------------------------------------------------
@@ -347,22 +440,29 @@ class Clients:
 
 class Writer:
     """
-    Single-row commits to the SQLite file through the stdlib driver (WAL, the engine's
-    synchronous level), each changing the window of issuesPage. The cv of a commit is
-    the outbox high-water read inside its transaction, so it is exact.
+    Single-row commits, each changing the window of issuesPage: on SQLite through the
+    stdlib driver (WAL, the engine's synchronous level), on PostgreSQL through psycopg
+    (autocommit off, one transaction per write). The cv of a commit is the outbox
+    high-water read inside its transaction, before COMMIT.
     """
 
-    def __init__(self, path, seed, outbox):
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA busy_timeout=20000")
+    def __init__(self, db, seed, outbox):
+        self.pg = db.backend == "postgresql"
+        if self.pg:
+            self.conn = db.connect()  # psycopg, autocommit off
+        else:
+            self.conn = sqlite3.connect(db.path, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA busy_timeout=20000")
         self.rng = random.Random(seed)
         self.outbox = outbox
         self.created = self.conn.execute('SELECT MAX("createdAt") FROM issue').fetchone()[0] or 0
         self.users = [
-            r[0] for r in self.conn.execute("SELECT id FROM user WHERE id != 'unassigned'")
+            r[0] for r in self.conn.execute("""SELECT id FROM "user" WHERE id != 'unassigned'""")
         ]
+        if self.pg:
+            self.conn.rollback()  # end the read transaction: nothing is open between writes
         self.serial = 0
         self.kinds = [k for k, _ in WRITES]
         self.weights = [w for _, w in WRITES]
@@ -409,12 +509,31 @@ class Writer:
 
     def commit(self):
         """One commit; returns (cv, commit time). The time is taken when COMMIT returns."""
+        if self.pg:
+            return self.commit_pg()
         sql, params = self.statement()
         execute = self.conn.execute
         execute("BEGIN IMMEDIATE")
         execute(sql, params)
         cv = execute(f"SELECT MAX(seq) FROM {self.outbox}").fetchone()[0]
         execute("COMMIT")
+        return cv, time.monotonic()
+
+    def commit_pg(self):
+        # One transaction: psycopg (autocommit off) opens it at the window read inside
+        # statement(). MAX(seq) is this transaction's own highest seq only because this
+        # connection is the database's only writer during the run (the server and the
+        # clients only read); with concurrent writers, another transaction's seq, not yet
+        # committed or committed later, could be higher.
+        sql, params = self.statement()
+        execute = self.conn.execute
+        try:
+            execute(sql.replace("?", "%s"), params)
+            cv = execute(f"SELECT MAX(seq) FROM {self.outbox}").fetchone()[0]
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
         return cv, time.monotonic()
 
     def close(self):
@@ -458,7 +577,7 @@ class IndexedRows:
         return index.get(keys, [])
 
 
-def expected_view(db_path, query, schema):
+def expected_view(db, query, schema):
     """
     The rows a replica of ``query`` must hold now: the reference evaluator (evaluate.py)
     over every row of the database, each rendered row as ``[table, cells]`` in the
@@ -468,34 +587,38 @@ def expected_view(db_path, query, schema):
     from rindle_app.ivm.normalized import normalized_table_schemas
 
     columns = {t["name"]: t["columns"] for t in normalized_table_schemas(query, schema)}
-    conn = sqlite3.connect(db_path)
-    conn.row_factory = sqlite3.Row
-    try:
-        rows = {
-            table: [dict(r) for r in conn.execute(f'SELECT * FROM "{table}"')]
-            for table in ("issue", "user", "tag", "comment")
-        }
-        root_ids = [
-            r[0]
-            for r in conn.execute(
-                f'SELECT id FROM issue ORDER BY "createdAt" DESC, id ASC LIMIT {WINDOW}'
-            )
-        ]
-    finally:
-        conn.close()
+    # A connection of the bench's own (the run's database, either backend), not the
+    # server's: each read is one statement, so it sees every committed write.
+    rows = {
+        table: db.read(f'SELECT * FROM "{table}"') for table in ("issue", "user", "tag", "comment")
+    }
+    root_ids = [
+        r["id"]
+        for r in db.read(f'SELECT id FROM issue ORDER BY "createdAt" DESC, id ASC LIMIT {WINDOW}')
+    ]
     evaluator = Evaluator(IndexedRows(rows), schema)
     seen = {}
+    numeric = db.backend == "postgresql"
 
     def visit(table, row, _key):
         cells = [row.get(c) for c in columns[table]]
-        seen[canonical(table, cells)] = None
+        seen[canonical(table, cells, numeric)] = None
 
     evaluator.visit = visit
     evaluator.level(query, rows[query.table])
     return set(seen), root_ids
 
 
-def canonical(table, cells):
+def canonical(table, cells, numeric=False):
+    """
+    A rendered row as text. ``numeric`` (PostgreSQL) compares numbers as JSON numbers:
+    an integral float is written as an int. There the capture trigger's ``to_jsonb``
+    prints a double precision 1711266665000 as ``1711266665000`` in increments, while
+    seq 0 and the reference (psycopg floats) give ``1711266665000.0``: the same JSON
+    number, which the gate must not count as a difference.
+    """
+    if numeric:
+        cells = [int(c) if isinstance(c, float) and c.is_integer() else c for c in cells]
     return json.dumps([table, cells], separators=(",", ":"))
 
 
@@ -544,17 +667,17 @@ def latencies(commits, receipts):
 
 
 class Bench:
-    def __init__(self, args, db_path, tmpdir, server, clients, query, schema):
+    def __init__(self, args, db, tmpdir, server, clients, query, schema):
         from rindle_app.engine.capture import OUTBOX
 
         self.args = args
-        self.db_path = db_path
+        self.db = db
         self.tmpdir = Path(tmpdir)
         self.server = server
         self.clients = clients
         self.query = query
         self.schema = schema
-        self.writer = Writer(db_path, args.seed, OUTBOX)
+        self.writer = Writer(db, args.seed, OUTBOX)
         self.phase_no = 0
         self.failures = []
         self.group_frame_bytes = None
@@ -614,7 +737,7 @@ class Bench:
         data = json.loads(Path(path).read_text())
         expected = None
         if kind == "rindle":
-            expected = expected_view(self.db_path, self.query, self.schema)
+            expected = expected_view(self.db, self.query, self.schema)
         self.clients.call("close")
         if publisher is not None:
             publisher.close()
@@ -660,18 +783,14 @@ class Bench:
         """Pre-encoded (cv, publisher text) per commit: an nbatch and a progress, shaped
         like rindle's frames for an insert that enters the window (add one issue, remove
         another)."""
-        conn = sqlite3.connect(self.db_path)
-        try:
-            a, b = conn.execute(
-                'SELECT id, title, status, priority, "ownerId", "createdAt", "updatedAt" '
-                'FROM issue ORDER BY "createdAt" DESC LIMIT 2'
-            ).fetchall()
-        finally:
-            conn.close()
+        a, b = self.db.read(
+            'SELECT id, title, status, priority, "ownerId", "createdAt", "updatedAt" '
+            'FROM issue ORDER BY "createdAt" DESC LIMIT 2'
+        )
         ops = json.dumps(
             [
-                {"table": "issue", "op": "add", "row": list(a)},
-                {"table": "issue", "op": "remove", "row": list(b)},
+                {"table": "issue", "op": "add", "row": list(a.values())},
+                {"table": "issue", "op": "remove", "row": list(b.values())},
             ],
             separators=(",", ":"),
         )
@@ -753,8 +872,9 @@ class Bench:
         rows, root_ids = expected
         views = data["views"]
         wrong = 0
+        numeric = self.db.backend == "postgresql"
         for view in views:
-            held = {canonical(t, cells) for t, cells in view["rows"]}
+            held = {canonical(t, cells, numeric) for t, cells in view["rows"]}
             issue_ids = {cells[0] for t, cells in view["rows"] if t == "issue"}
             ok = held == rows and issue_ids == set(root_ids)
             if not ok:
@@ -805,13 +925,13 @@ class Bench:
 # --- reporting --------------------------------------------------------------------------
 
 
-def environment():
+def environment(db):
     from django import get_version
 
     env = {
         "python": platform.python_version(),
         "django": get_version(),
-        "sqlite": sqlite3.sqlite_version,
+        **db.version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
     }
@@ -853,12 +973,12 @@ def ratio_text(a, b):
     return f"{r:.2f}", r
 
 
-def report(args, env, results, reruns, server_log, elapsed):
+def report(args, db, env, results, reruns, server_log, elapsed):
     print()
     print(
-        f"W3 websocket fan-out: query {QUERY_NAME} {json.dumps(QUERY_ARGS)} (one shared query); "
-        f"{args.seconds:g} s of commits per variant at {args.rate:g}/s, capped to "
-        f"{args.max_msgs:,.0f} / N; sizes {args.size_list}"
+        f"W3 websocket fan-out on {db.label}: query {QUERY_NAME} {json.dumps(QUERY_ARGS)} "
+        f"(one shared query); {args.seconds:g} s of commits per variant at {args.rate:g}/s, "
+        f"capped to {args.max_msgs:,.0f} / N; sizes {args.size_list}"
     )
     print(
         "environment: "
@@ -1014,10 +1134,11 @@ def main(argv=None):
     args = parse_args(argv)
     started = time.perf_counter()
     tmpdir = tempfile.mkdtemp(prefix="rindle-bench-ws-")
-    db_path = str(Path(tmpdir) / "bench.sqlite3")
+    db = Database(args.database_url, tmpdir)
     server = clients = bench = None
     try:
-        os.environ["DATABASE_URL"] = f"sqlite:///{db_path}"
+        db.create()
+        os.environ["DATABASE_URL"] = db.url
         os.environ.pop("RINDLE_TEST_DATABASE_NAME", None)
         os.environ.pop("REDIS_URL", None)  # one server process: the in-memory channel layer
         os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
@@ -1042,7 +1163,7 @@ def main(argv=None):
         query = parse(resolve(QUERY_NAME, QUERY_ARGS), schema)
         shutdown()
         connections.close_all()
-        env = environment()
+        env = environment(db)
 
         child_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         profile = RESULTS_DIR / "profile-ws-daphne.pstats" if args.profile_server else None
@@ -1052,10 +1173,11 @@ def main(argv=None):
         server = Server(child_env, tmpdir, profile)
         server.wait_ready()
         clients = Clients(child_env)
-        bench = Bench(args, db_path, tmpdir, server, clients, query, schema)
+        bench = Bench(args, db, tmpdir, server, clients, query, schema)
+        where = "a temporary file" if db.backend == "sqlite" else f"database {db.name}"
         print(
-            f"seeded {args.issues} issues; daphne pid {server.pid} on port {server.port}; "
-            f"clients pid {clients.pid}",
+            f"{db.label} ({where}): seeded {args.issues} issues; daphne pid {server.pid} "
+            f"on port {server.port}; clients pid {clients.pid}",
             flush=True,
         )
 
@@ -1087,7 +1209,7 @@ def main(argv=None):
             bench.fail(f"the server logged {server_log['tracebacks']} traceback(s):")
             print(server.tail(3000))
         env["writes"] = bench.writer.counts
-        summary = report(args, env, results, reruns, server_log, time.perf_counter() - started)
+        summary = report(args, db, env, results, reruns, server_log, time.perf_counter() - started)
         valid = not bench.failures
         if not valid:
             print(
@@ -1097,11 +1219,11 @@ def main(argv=None):
         else:
             print("correctness gate: every replica equals the database; no seq gaps; ok")
 
-        out = Path(args.json) if args.json else RESULTS_DIR / "ws-sqlite.json"
+        out = Path(args.json) if args.json else RESULTS_DIR / f"ws-{db.backend}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "benchmark": "bench/ws.py",
-            "backend": "sqlite",
+            "backend": db.backend,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "config": {
                 "sizes": args.size_list,
@@ -1143,6 +1265,16 @@ def main(argv=None):
             if args.profile_server:
                 print_profile(RESULTS_DIR / "profile-ws-daphne.pstats")
         shutil.rmtree(tmpdir, ignore_errors=True)
+        try:
+            from django.db import connections
+
+            connections.close_all()
+        except Exception:  # Django never set up
+            pass
+        try:
+            db.drop()
+        except Exception as exc:
+            print(f"!!! could not drop {db.name}: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
