@@ -494,23 +494,30 @@ def environment(backend):
             for name in ("fsync", "synchronous_commit"):
                 cursor.execute(f"SHOW {name}")
                 env[f"postgres_{name}"] = cursor.fetchone()[0]
+    env.update(git_state())
+    env["loadavg_start"] = _loadavg()
+    return env
+
+
+def git_state():
+    """
+    {git_commit, rindle_app_dirty} of the checkout being measured ({} outside git):
+    uncommitted changes to the engine make the commit alone an incomplete label.
+    """
+    git = ["git", "-C", str(ROOT)]
     try:
-        git = ["git", "-C", str(ROOT)]
-        env["git_commit"] = subprocess.run(
+        commit = subprocess.run(
             [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
-        # Uncommitted changes to the engine make the commit alone an incomplete label.
         dirty = subprocess.run(
             [*git, "status", "--porcelain", "--", "rindle_app"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
-        env["rindle_app_dirty"] = bool(dirty)
     except (OSError, subprocess.CalledProcessError):
-        pass
-    env["loadavg_start"] = _loadavg()
-    return env
+        return {}
+    return {"git_commit": commit, "rindle_app_dirty": bool(dirty)}
 
 
 class CpuMeter:

@@ -941,20 +941,9 @@ def environment(db):
         env["daphne"] = daphne.__version__
     except (ImportError, AttributeError):
         pass
-    git = ["git", "-C", str(ROOT)]
-    try:
-        env["git_commit"] = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "rindle_app"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        env["rindle_app_dirty"] = bool(dirty)
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    from bench.mutations import git_state
+
+    env.update(git_state())
     try:
         env["loadavg_start"] = round(os.getloadavg()[0], 2)
     except OSError:
