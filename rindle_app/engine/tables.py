@@ -95,6 +95,10 @@ class TableMap:
             self._tables = tables
             return before
 
+    def by_name(self):
+        """{name: Table} as registered now; replaced, never changed, on registration."""
+        return self._tables
+
     def get(self, name):
         table = self._tables.get(name)
         if table is None:

@@ -69,7 +69,7 @@ class LiveQueries:
         Apply every commit after the current version as one step; returns
         (version, {query key: ops}, [Fault]).
         """
-        tables = {t.name: t for t in self.engine.tables}
+        tables = self.engine.tables.by_name()
         events = self._take_handed(tables)
         if events is None:
             events = self._read(tables)
