@@ -62,7 +62,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
             self.user, self.token = found
         self.hub = await sync_to_async(get_hub, thread_sensitive=False)()
         self._outbox = asyncio.Queue()
-        self.conn = self.hub.connect(
+        self.conn = await sync_to_async(self.hub.connect, thread_sensitive=False)(
             self.channel_name, asyncio.get_running_loop(), self._outbox.put_nowait, self.user
         )
         self._tokens = float(rindle_settings.WS_BURST)
@@ -294,7 +294,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
         engine = self.hub.engine
         # Frames for this connection wait while its mutation runs, so an outcome
         # frame goes out before the lmid row that confirms the mid.
-        self.hub.hold(self.conn)
+        # hold/release take the hub's lock, which a hydrating subscription can keep for a
+        # while: they run off the event loop so no other socket waits for it.
+        await sync_to_async(self.hub.hold, thread_sensitive=False)(self.conn)
         outcome = ()
         try:
             result = await database_sync_to_async(engine.mutate)(
@@ -316,7 +318,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 frame = {"t": "mutationOutcome", "mid": envelope["mid"], "kind": "rejected"}
                 outcome = (wire.dumps({**frame, "reason": reason}),)
         finally:
-            self.hub.release(self.conn, outcome)
+            await sync_to_async(self.hub.release, thread_sensitive=False)(self.conn, outcome)
 
     async def _raw_mutate(self, msg):
         await self._error(

@@ -489,3 +489,48 @@ async def test_connection_churn_leaves_no_state_behind(live):
     await eventually(lambda: not hub.conns)
     assert hub.catalog.queries == {} and hub._encoded == {}
     assert hub.catalog._by_sub == {}
+
+
+async def test_a_busy_hub_lock_does_not_stall_the_event_loop(live):
+    """
+    A long hydration holds the hub's lock; a socket's mutation waits for it, but every
+    other socket keeps being served (nothing on the event loop takes that lock).
+    """
+    import asyncio
+    import threading
+    import time
+
+    from rindle_app.realtime.hub import get_hub
+
+    a, b = Client(), Client()
+    assert await a.connect() and await b.connect()
+    await a.send({"t": "init", "clientID": "busy-a"})
+    hub = await db(get_hub)()
+    taken, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        with hub.lock:
+            taken.set()
+            release.wait(1.0)  # a slow hydration
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert taken.wait(5)
+        started = time.monotonic()
+        env = {"clientID": "busy-a", "mid": 1, "name": "noSuchMutator", "args": {}}
+        await a.send({"t": "pushMutation", "envelope": env})
+        await asyncio.sleep(0.05)
+        await b.send("{not json")
+        reply = await b.recv(timeout=5)
+        assert reply["t"] == "error"
+        # served while the lock is still held (the test shares the consumers' event loop,
+        # so a blocked loop would delay this past the second)
+        assert time.monotonic() - started < 0.5
+    finally:
+        release.set()
+        holder.join(5)
+    outcome = await a.recv(timeout=5)  # the mutation went through once the lock was free
+    assert outcome["t"] == "mutationOutcome" and outcome["kind"] == "rejected"
+    await a.close()
+    await b.close()
