@@ -124,7 +124,8 @@ class Writer:
             self._change_listeners.append((since, deliver))
 
     def remove_change_listener(self, deliver):
-        self._change_listeners = [(s, d) for s, d in self._change_listeners if d is not deliver]
+        # ``!=``, not ``is not``: each ``obj.method`` access is a new bound method object.
+        self._change_listeners = [(s, d) for s, d in self._change_listeners if d != deliver]
 
     def add_commit_listener(self, fn):
         """Call ``fn(cv)`` after every commit (on the committing thread; keep it cheap)."""

@@ -244,3 +244,17 @@ def test_a_transaction_committing_after_a_higher_seq_is_not_skipped(engine, vend
         time.sleep(0.02)
     assert {r["id"] for r in users.view.rows()} == {"u1", "u-early", "u-late"}
     assert live.version == outbox_high_water()
+
+
+def test_a_stopped_handoff_is_no_longer_fed(engine, vendor):
+    """stop() unregisters: the writer stops reading and handing rows to it."""
+    if vendor != "sqlite":
+        pytest.skip("the handoff is SQLite's")
+    live = LiveQueries(engine, handoff=True).start()
+    engine.write(lambda tx: tx.insert("user", {"id": "u1", "name": "Ann"}))
+    assert live._handed
+    live.stop()
+    assert engine._writer._change_listeners == []
+    live._handed.clear()
+    engine.write(lambda tx: tx.insert("user", {"id": "u2", "name": "Bo"}))
+    assert not live._handed
