@@ -14,19 +14,10 @@ import json
 import sys
 from pathlib import Path
 
+from chromium import CHROMIUM, CHROMIUM_ARGS  # run as a script: tests/browser is on the path
 from playwright.sync_api import sync_playwright
 
 OUT = Path(__file__).parent / "js" / "fixtures" / "session.json"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 # Every socket's received text frames, by socket number.
 RECORD_SOCKETS = """
@@ -93,7 +84,7 @@ async () => {
 
 def main(base):
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page()
         page.goto(f"{base}/signin/")
         page.fill("input[name=username]", "ada")

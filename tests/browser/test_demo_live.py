@@ -24,20 +24,10 @@ from project.demo.management.commands.rindle_seed_demo import seed_rows
 from rindle_app.testing import running
 from tests.conftest import CI, child_env
 
+from .chromium import CHROMIUM, CHROMIUM_ARGS
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-# The flags keep Chromium off the network it would otherwise call home on.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LIVE_MS = 5000
 ISSUES = 40
 ISSUE = f"s1-i{ISSUES - 1:06d}"  # the newest seeded issue: first in the list
