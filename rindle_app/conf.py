@@ -23,6 +23,9 @@ DEFAULTS = {
     # Most envelopes POST /api/rindle/mutate accepts in one request (the clients'
     # mutation queue sends at most 32 by default).
     "MAX_MUTATIONS_PER_REQUEST": 32,
+    # Most row changes one producer write or change-source batch may carry (the
+    # original's per-transaction ceiling).
+    "MAX_BATCH_CHANGES": 8191,
     # Requests the writer accepts before callers are told to back off.
     "WRITER_QUEUE_SIZE": 10_000,
     # Queued requests committed together (each in its own savepoint); 1 disables.

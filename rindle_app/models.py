@@ -57,6 +57,9 @@ class ProducerOffset(models.Model):
     producer = models.TextField(primary_key=True)
     seq = models.BigIntegerField()
     digest = models.TextField(null=True)
+    # The principal (user pk, as text) the producer id is bound to: the first
+    # write claims the id, and nobody else may write as it.
+    owner = models.TextField(null=True)
 
     class Meta:
         db_table = "_rindle_producer_offsets"
@@ -207,6 +210,8 @@ class RindleToken(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
+    # Tables public SQL with this token may write (the ``sql`` scope); empty: none.
+    tables = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

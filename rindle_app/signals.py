@@ -18,7 +18,7 @@ def install_capture_after_migrate(sender, using="default", **kwargs):
     if using != rindle_settings.DATABASE:
         return
     conn = connections[using]
-    targets = [("_rindle_client_mutations", None)] + [
+    targets = [("_rindle_client_mutations", None), ("_rindle_producer_offsets", None)] + [
         (m._meta.db_table, m) for m in synced_models()
     ]
     existing = set(conn.introspection.table_names())

@@ -11,6 +11,7 @@ import uuid
 
 from ..conf import rindle_settings
 from . import capture
+from .census import PRODUCER_OFFSETS, ProducerCensus
 from .tables import TableMap, create_table_sql, introspect
 from .writer import Commit, Writer, is_infrastructure_error
 
@@ -41,6 +42,8 @@ class Engine:
         self._state_lock = threading.Lock()
         self._started = False
         self._schema_listeners = []
+        # Distinct foreign producers; seeded at start, read lock-free by /metrics.
+        self.producer_census = ProducerCensus()
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -62,6 +65,7 @@ class Engine:
             self._writer.start()
         try:
             self.refresh()
+            self.producer_census.seed(self.using)
         except BaseException:
             self.close()
             raise
@@ -74,6 +78,7 @@ class Engine:
 
         self.write(install_ledger_functions)
         self.register_existing_table("_rindle_client_mutations")
+        self.register_existing_table(PRODUCER_OFFSETS)  # replicated data: captured
         for model in synced_models():
             self.register_existing_table(model._meta.db_table, model=model)
 
@@ -164,6 +169,48 @@ class Engine:
         from .mutations import mutate
 
         return mutate(self, client_id, mid, name, args, user)
+
+    # --- foreign producers and change sources ------------------------------------------
+
+    def producer_write(self, producer, seq, changes, owner=None):
+        """Apply a producer's sequenced write exactly once; see ``engine.producers``."""
+        from .producers import producer_write
+
+        return producer_write(self, producer, seq, changes, owner)
+
+    def producer_seq(self, producer, owner=None):
+        """The durable last seq ``producer`` wrote (0 if new)."""
+        from .producers import producer_seq
+
+        return producer_seq(self.using, producer, owner)
+
+    def seed_producer_census(self):
+        """Re-read the distinct-producer count from the table (after a restore)."""
+        self.producer_census.seed(self.using)
+
+    def apply_source_batch(self, source, offset, changes, **position):
+        """Apply a change-source batch with its cursor in one transaction; see ``sources``."""
+        from .sources import apply_source_batch
+
+        return apply_source_batch(self, source, offset, changes, **position)
+
+    def commit_follower_txn(self, source, offset, chunks, **position):
+        """Apply streamed chunks and the cursor in one open transaction; see ``sources``."""
+        from .sources import commit_follower_txn
+
+        return commit_follower_txn(self, source, offset, chunks, **position)
+
+    def refresh_follower_run_id(self, source, offset, previous_run_id, next_run_id):
+        """Compare-and-swap a source's run id at an unchanged cursor."""
+        from .sources import refresh_run_id
+
+        return refresh_run_id(self, source, offset, previous_run_id, next_run_id)
+
+    def source_checkpoint(self, source):
+        """The stored checkpoint of ``source`` (None if it never applied)."""
+        from .sources import source_checkpoint
+
+        return source_checkpoint(self.using, source)
 
     def client_lmid(self, client_id):
         """The durably stored last mutation id of ``client_id`` (0 if new)."""
