@@ -7,6 +7,7 @@ HTTP routes of rindle. Include them at the site root::
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
+from .api import ingest_views as ingest
 from .api import views
 
 urlpatterns = [
@@ -14,5 +15,19 @@ urlpatterns = [
     path("api/rindle/read", views.ReadView.as_view(), name="rindle-read"),
     path("api/rindle/mutate", views.MutateView.as_view(), name="rindle-mutate"),
     path("schema", views.SchemaView.as_view(), name="rindle-schema"),
+    path("v1/producers/write", ingest.ProducerWriteView.as_view(), name="rindle-producer-write"),
+    path("v1/producers/<str:producer>", ingest.ProducerSeqView.as_view(), name="rindle-producer"),
+    path("apply-row-change-txn", ingest.ApplyRowChangeTxnView.as_view(), name="rindle-apply-txn"),
+    path("v1/sources/<str:source>/batches", ingest.SourceBatchView.as_view(), name="rindle-source"),
+    path(
+        "v1/sources/<str:source>/checkpoint",
+        ingest.SourceCheckpointView.as_view(),
+        name="rindle-source-checkpoint",
+    ),
+    path(
+        "v1/sources/<str:source>/run-id",
+        ingest.SourceRunIdView.as_view(),
+        name="rindle-source-run-id",
+    ),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
 ]

@@ -37,7 +37,8 @@ def exception_handler(exc, context):
         headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
         return error_response(exc.status, exc.code, exc.message, headers, retryable=True)
     if isinstance(exc, RindleError):
-        return error_response(exc.status, exc.code, exc.message, retryable=exc.retryable)
+        details = {k: v for k, v in exc.details.items() if k not in ("code", "message")}
+        return error_response(exc.status, exc.code, exc.message, retryable=exc.retryable, **details)
     if isinstance(exc, QueryError):
         # The named query's own definition is wrong: a server bug, not the caller's.
         logger.error("rindle api: a named query built an unusable query: %s", exc)

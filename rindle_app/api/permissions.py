@@ -36,6 +36,17 @@ class IsAuthenticatedWithScope(TokenHasScope):
         return super().has_permission(request, view)
 
 
+class TokenWithScope(TokenHasScope):
+    """Machine routes: only a ``RindleToken`` holding the view's scope gets in."""
+
+    message = "This route takes a bearer token with the scope it needs."
+
+    def has_permission(self, request, view):
+        if not isinstance(request.auth, RindleToken):
+            return False
+        return super().has_permission(request, view)
+
+
 def requires_scope(scope):
     """
     A permission class for a host project's own DRF views: token requests need
