@@ -14,10 +14,14 @@ class RindleConfig(AppConfig):
     def ready(self):
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            metrics,
+        )
         from .conf import rindle_settings
         from .signals import install_capture_after_migrate
 
         autodiscover_modules(rindle_settings.MUTATORS_MODULE)
         autodiscover_modules(rindle_settings.QUERIES_MODULE)
         post_migrate.connect(install_capture_after_migrate, sender=self)
+        metrics.register()
