@@ -52,6 +52,10 @@ def writable(tables, name, extra=()):
     return name in extra or not name.startswith(HIDDEN_PREFIXES)
 
 
+_FIELDS = frozenset({"table", "op", "row", "old"})
+_CONTAINERS = (dict, list)
+
+
 def parse_changes(tables, changes, *, limit, extra_tables=()):
     """
     Validate ``changes`` (a list of change dicts) against the table map; return
@@ -63,57 +67,64 @@ def parse_changes(tables, changes, *, limit, extra_tables=()):
         raise InvalidInput(
             f"a batch holds at most {limit} changes, not {len(changes)}", code="too_many_changes"
         )
-    return [_parse_one(tables, c, i, extra_tables) for i, c in enumerate(changes)]
+    resolved = {}  # table name -> Table, for the tables this batch may write
+    return [_parse_one(tables, c, i, extra_tables, resolved) for i, c in enumerate(changes)]
 
 
-def _parse_one(tables, change, i, extra_tables):
-    where = f"changes[{i}]"
+def _parse_one(tables, change, i, extra_tables, resolved):
     if not isinstance(change, dict):
-        raise InvalidInput(f"{where} must be an object", code="invalid_change")
-    unknown = set(change) - {"table", "op", "row", "old"}
-    if unknown:
-        raise InvalidInput(f"{where} has unknown fields {sorted(unknown)}", code="invalid_change")
+        raise InvalidInput(f"changes[{i}] must be an object", code="invalid_change")
+    if not _FIELDS.issuperset(change):
+        unknown = sorted(set(change) - _FIELDS)
+        raise InvalidInput(f"changes[{i}] has unknown fields {unknown}", code="invalid_change")
     name, op = change.get("table"), change.get("op")
-    if not isinstance(name, str) or not writable(tables, name, extra_tables):
-        raise InvalidInput(f"{where}: table {name!r} is not a writable table", code="unknown_table")
+    table = resolved.get(name) if isinstance(name, str) else None
+    if table is None:
+        if not isinstance(name, str) or not writable(tables, name, extra_tables):
+            raise InvalidInput(
+                f"changes[{i}]: table {name!r} is not a writable table", code="unknown_table"
+            )
+        table = resolved[name] = tables.get(name)
     if op not in OPS:
-        raise InvalidInput(f"{where}: op must be one of {OPS}, not {op!r}", code="invalid_op")
-    table = tables.get(name)
+        raise InvalidInput(f"changes[{i}]: op must be one of {OPS}, not {op!r}", code="invalid_op")
     row, old = change.get("row"), change.get("old")
-    if op in ("add", "edit"):
-        _check_row(table, row, f"{where}.row", full_key=op == "add")
+    if op != "remove":
+        _check_row(table, row, i, "row", full_key=op == "add")
     elif row is not None:
-        raise InvalidInput(f"{where}: a remove carries no row", code="invalid_change")
-    if op in ("edit", "remove"):
-        _check_row(table, old, f"{where}.old", full_key=True)
+        raise InvalidInput(f"changes[{i}]: a remove carries no row", code="invalid_change")
+    if op != "add":
+        _check_row(table, old, i, "old", full_key=True)
     elif old is not None:
-        raise InvalidInput(f"{where}: an add carries no old image", code="invalid_change")
+        raise InvalidInput(f"changes[{i}]: an add carries no old image", code="invalid_change")
     return Change(name, op, row, old)
 
 
-def _check_row(table, row, where, *, full_key):
+def _check_row(table, row, i, field, *, full_key):
     if not isinstance(row, dict) or not row:
-        raise InvalidInput(f"{where} must be a non-empty object", code="invalid_row")
-    unknown = [c for c in row if c not in table.column_names]
-    if unknown:
+        raise InvalidInput(f"changes[{i}].{field} must be a non-empty object", code="invalid_row")
+    if not table.column_names.issuperset(row):
+        unknown = [c for c in row if c not in table.column_names]
         raise InvalidInput(
-            f"{where}: unknown column(s) {unknown} in table {table.name!r}", code="unknown_column"
+            f"changes[{i}].{field}: unknown column(s) {unknown} in table {table.name!r}",
+            code="unknown_column",
         )
     if full_key:
-        missing = [k for k in table.primary_key if row.get(k) is None]
-        if missing:
-            raise InvalidInput(f"{where}: primary key column(s) {missing} missing", code="no_key")
+        for k in table.primary_key:
+            if row.get(k) is None:
+                raise InvalidInput(
+                    f"changes[{i}].{field}: primary key column {k!r} missing", code="no_key"
+                )
     for name, value in row.items():
-        if isinstance(value, (dict, list)) and _column(table, name).type != "json":
+        if isinstance(value, _CONTAINERS):
+            if name not in table.json_columns:
+                raise InvalidInput(
+                    f"changes[{i}].{field}.{name}: an object or list fits only a JSON column",
+                    code="invalid_value",
+                )
+        elif value != value:  # NaN
             raise InvalidInput(
-                f"{where}.{name}: an object or list fits only a JSON column", code="invalid_value"
+                f"changes[{i}].{field}.{name}: NaN is not a value", code="invalid_value"
             )
-        if isinstance(value, float) and value != value:
-            raise InvalidInput(f"{where}.{name}: NaN is not a value", code="invalid_value")
-
-
-def _column(table, name):
-    return next(c for c in table.columns if c.name == name)
 
 
 def digest(changes):
@@ -125,15 +136,31 @@ def digest(changes):
 
 
 def apply_changes(tx, changes):
-    """Apply parsed ``changes`` in ``tx``; return the number of rows changed."""
+    """Apply parsed ``changes`` in ``tx``, in order; return the number of rows changed."""
     tables = tx._tables
     changed = 0
-    for change in changes:
+    i, n = 0, len(changes)
+    while i < n:
+        change = changes[i]
         table = tables.get(change.table)
         try:
             if change.op == "add":
-                changed += _run(tx, *_insert(tx, table, change.row))
-            elif change.op == "edit":
+                # A run of adds to one table with the same columns is one executemany.
+                cols = tuple(change.row)
+                j = i + 1
+                while j < n and _same_insert(changes[j], change.table, cols):
+                    j += 1
+                sql = _insert_sql(tx, table, cols)
+                if table.json_columns.isdisjoint(cols):  # the row dicts are in cols order
+                    rows = [tuple(ch.row.values()) for ch in changes[i:j]]
+                else:
+                    rows = [[_value(tx, table, c, ch.row[c]) for c in cols] for ch in changes[i:j]]
+                with tx._wrap:
+                    tx._raw.executemany(sql, rows)
+                changed += j - i
+                i = j
+                continue
+            if change.op == "edit":
                 changed += _run(tx, *_update(tx, table, change.old, change.row))
             else:
                 changed += _run(tx, *_delete(tx, table, change.old))
@@ -142,7 +169,12 @@ def apply_changes(tx, changes):
                 f"{change.op} on {change.table!r} was refused by a constraint: {exc}",
                 table=change.table,
             ) from exc
+        i += 1
     return changed
+
+
+def _same_insert(change, table, cols):
+    return change.op == "add" and change.table == table and tuple(change.row) == cols
 
 
 def _run(tx, sql, params):
@@ -152,7 +184,7 @@ def _run(tx, sql, params):
 
 
 def _value(tx, table, name, value):
-    if _column(table, name).type != "json" or value is None:
+    if name not in table.json_columns or value is None:
         return value
     if tx.vendor == "postgresql":
         from psycopg.types.json import Jsonb
@@ -161,11 +193,10 @@ def _value(tx, table, name, value):
     return json.dumps(value, separators=(",", ":"))
 
 
-def _insert(tx, table, row):
-    cols = ", ".join(quote(c) for c in row)
-    marks = ", ".join([tx._ph] * len(row))
-    params = [_value(tx, table, c, v) for c, v in row.items()]
-    return f"INSERT INTO {quote(table.name)} ({cols}) VALUES ({marks})", params
+def _insert_sql(tx, table, cols):
+    names = ", ".join(quote(c) for c in cols)
+    marks = ", ".join([tx._ph] * len(cols))
+    return f"INSERT INTO {quote(table.name)} ({names}) VALUES ({marks})"
 
 
 def _key(tx, table, old):

@@ -39,9 +39,12 @@ class Table:
     primary_key: tuple
     foreign_keys: tuple = ()
     column_names: frozenset = field(init=False, repr=False, compare=False)
+    json_columns: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "column_names", frozenset(c.name for c in self.columns))
+        json_columns = frozenset(c.name for c in self.columns if c.type == "json")
+        object.__setattr__(self, "json_columns", json_columns)
 
     @property
     def hidden(self):
