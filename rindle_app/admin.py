@@ -15,7 +15,9 @@ from django.utils.functional import cached_property
 from django.utils.text import capfirst
 
 from . import models
+from .engine import RindleError
 from .engine.registry import synced_models
+from .management.commands.rindle_fk_audit import run_audit
 
 # The admin refuses to register models with a composite primary key; these get a
 # plain listing page hung off the room placement admin instead.
@@ -93,6 +95,32 @@ class TableFilter(admin.SimpleListFilter):
         return queryset.filter(table=self.value()) if self.value() else queryset
 
 
+# The foreign-key audit page: who may run it and how many rows it shows at most.
+FK_AUDIT_PERMISSION = "rindle_app.view_changeevent"
+FK_AUDIT_DEFAULT_ROWS = 100
+FK_AUDIT_ROWS_LIMIT = 10_000
+
+
+def fk_audit_context(audit):
+    """Template context of a ``ForeignKeyAudit``: keys and violations as text cells."""
+    return {
+        "audit": audit,
+        "checked": [
+            {"table": k["table"], "columns": ", ".join(k["columns"]), "references": k["references"]}
+            for k in audit.checked
+        ],
+        "violations": [
+            {
+                "table": v["table"],
+                "pk": ", ".join(str(k) for k in v["pk"]),
+                "values": ", ".join(f"{c} = {val}" for c, val in zip(v["columns"], v["values"])),
+                "references": v["references"],
+            }
+            for v in audit.violations
+        ],
+    }
+
+
 @admin.register(models.ChangeEvent)
 class ChangeEventAdmin(ReadOnlyAdmin):
     list_display = ("seq", "table", "op", "key", "txid")
@@ -103,6 +131,50 @@ class ChangeEventAdmin(ReadOnlyAdmin):
     paginator = OutboxPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # one COUNT per filter choice
+
+    def get_urls(self):
+        audit = path(
+            "fk-audit/",
+            self.admin_site.admin_view(self.fk_audit_view),
+            name=f"{self.opts.app_label}_fk_audit",
+        )
+        return [audit, *super().get_urls()]
+
+    def fk_audit_view(self, request):
+        """
+        The foreign-key audit, run on demand (``?max_rows=N``) with a cap. Open to
+        whoever may view the outbox: it shows keys of synced rows, as the outbox does.
+        """
+        if not request.user.has_perm(FK_AUDIT_PERMISSION):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Foreign key audit",
+            "opts": self.opts,
+            "max_rows": FK_AUDIT_DEFAULT_ROWS,
+            "max_rows_limit": FK_AUDIT_ROWS_LIMIT,
+        }
+        status = 200
+        raw = request.GET.get("max_rows")
+        if raw is not None:
+            max_rows = raw.strip()
+            # Length first: int() refuses (ValueError) text of thousands of digits.
+            if not (len(max_rows) <= 6 and max_rows.isdecimal()) or not (
+                1 <= int(max_rows) <= FK_AUDIT_ROWS_LIMIT
+            ):
+                context["error"] = (
+                    f"The cap must be a whole number from 1 to {FK_AUDIT_ROWS_LIMIT}."
+                )
+                status = 400
+            else:
+                context["max_rows"] = int(max_rows)
+                try:
+                    context.update(fk_audit_context(run_audit(max_rows=int(max_rows))))
+                except RindleError as exc:  # a synced table is missing: migrate first
+                    context["error"] = exc.message
+                    status = 503
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/rindle_app/fk_audit.html", context, status=status)
 
     def get_search_results(self, request, queryset, search_term):
         # An exact seq is an index lookup; matching text would scan the whole outbox.
