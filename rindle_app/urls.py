@@ -8,7 +8,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .api import ingest_views as ingest
-from .api import views
+from .api import migrate_views, views
 
 urlpatterns = [
     path("api/rindle/query", views.QueryView.as_view(), name="rindle-query"),
@@ -29,5 +29,6 @@ urlpatterns = [
         ingest.SourceRunIdView.as_view(),
         name="rindle-source-run-id",
     ),
+    path("v1/sql/migrate", migrate_views.MigrateView.as_view(), name="rindle-sql-migrate"),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
 ]

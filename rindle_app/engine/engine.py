@@ -82,6 +82,11 @@ class Engine:
         for model in synced_models():
             self.register_existing_table(model._meta.db_table, model=model)
 
+        # Tables created by journaled migrations stay registered across restarts.
+        from .journal import restore_tables
+
+        restore_tables(self)
+
     def add_schema_listener(self, fn):
         """Call ``fn(table name)`` when a registered table's definition changes."""
         self._schema_listeners.append(fn)
@@ -151,6 +156,12 @@ class Engine:
             for listener in tuple(self._schema_listeners):
                 listener(t.name)
         return t
+
+    def forget_table(self, table):
+        """Unregister a table that was dropped; its subscriptions are bounced."""
+        if self.tables.discard(table) is not None:
+            for listener in tuple(self._schema_listeners):
+                listener(table)
 
     def base_table_schemas(self):
         """Registered client-visible tables (sorted; no ``_rindle_*``/``__*``/``sqlite_*``)."""

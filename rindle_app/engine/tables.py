@@ -98,6 +98,14 @@ class TableMap:
             self._tables = tables
             return before
 
+    def discard(self, name):
+        """Unregister table ``name``; returns its definition, or None if absent."""
+        with self._lock:
+            tables = dict(self._tables)
+            removed = tables.pop(name, None)
+            self._tables = tables
+            return removed
+
     def by_name(self):
         """{name: Table} as registered now; replaced, never changed, on registration."""
         return self._tables

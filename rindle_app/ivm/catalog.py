@@ -96,6 +96,19 @@ class Catalog:
             self.store.load(table, table_rows)
         self.version = version
 
+    def replace_table(self, table, rows):
+        """
+        Reload ``table`` (its definition changed; ``rows`` is None if it is gone). The
+        queries reading it must have been destroyed first: see ``reading``.
+        """
+        self.store.drop(table)
+        if rows is not None:
+            self.store.load(table, rows)
+
+    def reading(self, table):
+        """Keys of the registered queries whose view ``table`` can change."""
+        return [key for key, shared in self.queries.items() if table in _tables(shared.query)]
+
     def commit(self, version, changes):
         """
         Apply one commit ((table, old, new) triples) at ``version``; returns

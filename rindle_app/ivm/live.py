@@ -34,6 +34,8 @@ class LiveQueries:
         self._handed = deque()
         self._lock = threading.Lock()
         self._fence_retry_at = 0.0
+        # table -> version: a table reloaded at that version skips its changes up to it.
+        self._floors = {}
 
     def start(self):
         tables = list(self.engine.tables)
@@ -76,9 +78,35 @@ class LiveQueries:
         if not events:
             return self.catalog.version, {}, []
         version = events[-1][0]
-        changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
+        floors = self._floors
+        if floors:
+            changes = [
+                (name, old, new)
+                for seq, name, old, new in events
+                if name in tables and seq > floors.get(name, 0)
+            ]
+            self._floors = {t: v for t, v in floors.items() if v > version}
+        else:
+            changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
         outputs, faults = self.catalog.commit(version, changes)
         return version, outputs, faults
+
+    def reload_table(self, name):
+        """
+        Re-read one table whose definition changed (or drop it, if it is gone) while
+        every other table keeps its state: its rows are read at a version H of their
+        own, and its changes up to H, already in those rows, are skipped when the
+        catalog catches up. The queries reading it must be destroyed first.
+        """
+        table = self.engine.tables.by_name().get(name)
+        if table is None:
+            self._floors.pop(name, None)
+            self.catalog.replace_table(name, None)
+            return
+        version, rows = snapshot(self.engine.using, [table])
+        self.catalog.replace_table(name, rows[name])
+        if version > self.catalog.version:
+            self._floors[name] = version
 
     def _read(self, tables):
         using = self.engine.using

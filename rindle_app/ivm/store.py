@@ -56,7 +56,7 @@ class MemoryStore:
         self._lookups = {}  # table -> {columns: {key: {pk: row}}}
         # table -> {(order_by, guard column or None): {guard key or None: SortedKeyList}}
         self._orders = {}
-        # table -> primary key columns: a schema change rebuilds the store, never edits it.
+        # table -> primary key columns; a schema change drops the table and reloads it.
         self._primary_keys = {}
 
     # --- reading ----------------------------------------------------------------------
@@ -118,6 +118,11 @@ class MemoryStore:
         return ordered
 
     # --- writing ---------------------------------------------------------------------
+
+    def drop(self, table):
+        """Forget ``table``'s rows and indexes (its definition changed or it is gone)."""
+        for held in (self._rows, self._lookups, self._orders, self._primary_keys):
+            held.pop(table, None)
 
     def load(self, table, rows):
         for row in rows:

@@ -138,23 +138,32 @@ class Hub:
 
     def _on_schema_change(self, table):
         """
-        Registered tables changed (a migration): the store is rebuilt from a fresh
-        snapshot, and every subscription is told ``schema_changed`` (retryable), so
-        clients re-subscribe and get hellos of the new shape.
+        A registered table's definition changed (a migration), or it was created or
+        dropped: only the subscriptions whose queries read it are told
+        ``schema_changed`` (retryable) and dropped, so their clients re-subscribe and
+        get hellos of the new shape. The table alone is re-read into the store; every
+        other query keeps running from the same state.
         """
         with self.lock:
+            if self.live is None:
+                return
+            affected = set(self.catalog.reading(table))
             message = f"the schema of {table!r} changed; re-subscribe"
             for conn in list(self.conns.values()):
-                frames = [
-                    wire.query_error(qid, message, "schema_changed", True, retry_after_ms=0)
-                    for qid in sorted(conn.subs)
-                ]
-                conn.subs.clear()  # the old catalog and its subscribers are dropped whole
+                frames = []
+                for qid, sub in sorted(conn.subs.items()):
+                    if sub.key in affected:
+                        frames.append(
+                            wire.query_error(qid, message, "schema_changed", True, retry_after_ms=0)
+                        )
+                        del conn.subs[qid]
+                        self._drop(sub)
                 self._deliver(conn, frames)
+            for key in affected:  # a query nobody subscribes to (an SSR one) goes too
+                self.catalog.destroy(key)
+                self._encoded.pop(key, None)
             self._dispatch()
-            self._encoded.clear()
-            self.live.stop()
-            self.live = LiveQueries(self.engine, handoff=True).start()
+            self.live.reload_table(table)
 
     def _run(self):
         try:

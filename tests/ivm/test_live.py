@@ -258,3 +258,37 @@ def test_a_stopped_handoff_is_no_longer_fed(engine, vendor):
     live._handed.clear()
     engine.write(lambda tx: tx.insert("user", {"id": "u2", "name": "Bo"}))
     assert not live._handed
+
+
+def test_reloading_one_table_keeps_the_others_and_skips_changes_it_already_holds(engine):
+    """A table re-read at its own version H: its changes up to H are not applied twice."""
+    engine.register_table("lv_a", ["id", "n"], [0], ["string", "int64"])
+    engine.register_table("lv_b", ["id"], [0], ["string"])
+    try:
+        live = LiveQueries(engine).start()
+        a = live.catalog.register({"table": "lv_a", "orderBy": [["id", "asc"]]})
+        b = live.catalog.register({"table": "lv_b", "orderBy": [["id", "asc"]]})
+        # Commits the catalog has not polled yet, on both tables.
+        engine.write(lambda tx: tx.insert("lv_a", {"id": "a1", "n": 1}))
+        engine.write(lambda tx: tx.insert("lv_b", {"id": "b1"}))
+        with connection.cursor() as cursor:
+            cursor.execute('ALTER TABLE "lv_a" ADD COLUMN "tag" TEXT')
+        engine.register_existing_table("lv_a")
+        live.catalog.destroy(a.key)
+        live.reload_table("lv_a")
+        engine.write(lambda tx: tx.update("lv_a", {"id": "a1"}, {"tag": "x"}))
+        engine.write(lambda tx: tx.insert("lv_b", {"id": "b2"}))
+        _version, outputs, _faults = live.poll()
+        # lv_b's query saw both its adds, once each; lv_a holds the new shape.
+        assert sorted(op["row"]["id"] for op in outputs[b.key] if op["op"] == "add") == [
+            "b1",
+            "b2",
+        ]
+        assert list(live.catalog.store.rows("lv_a")) == [{"id": "a1", "n": 1, "tag": "x"}]
+        a2 = live.catalog.register({"table": "lv_a", "orderBy": [["id", "asc"]]})
+        assert [r["cols"] for r in live.catalog.snapshot(a2.key)] == fresh(live, a2)
+        live.stop()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('DROP TABLE IF EXISTS "lv_a"')
+            cursor.execute('DROP TABLE IF EXISTS "lv_b"')
