@@ -7,9 +7,9 @@ at hydration and the same row arriving as a change are equal value for value.
 
 On SQLite every read of the outbox holds whole transactions (writers are
 serialized and a read sees one snapshot), so "all changes after V" is gap-free.
-On Postgres a transaction can commit after one with a higher seq; a gap-free tail
-there needs the outbox fence and watermark (DESIGN section 7), which this reader
-does not implement yet: it is exact when the engine is the only writer.
+On Postgres a transaction can commit after one with a higher seq: snapshots are
+taken behind the outbox fence (see ``read_transaction``), and tails read only up to
+``stream.fence.safe_seq``.
 """
 
 import json
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from django.db import connections
 
-from ..engine.capture import OUTBOX, sqlite_image
+from ..engine.capture import FENCE_KEY, OUTBOX, sqlite_image
 from ..engine.identifiers import quote
 from ..ivm.sql import compile_query
 
@@ -36,6 +36,10 @@ def decode(table, image):
     return image
 
 
+# How long a fenced read waits for the capturing transactions in flight to end.
+FENCE_WAIT_MS = 30_000
+
+
 @contextmanager
 def read_transaction(using, *, fresh=False):
     """
@@ -45,6 +49,12 @@ def read_transaction(using, *, fresh=False):
     It runs on the thread's connection, unless ``fresh`` is set or that connection is
     inside an atomic block: a transaction begun earlier cannot give this read a
     snapshot of its own. Then it runs on a connection of its own, closed afterwards.
+
+    On Postgres the snapshot is taken behind the outbox fence (``stream.fence``):
+    while the exclusive side is held no capturing transaction is in flight, so
+    every seq at or below the snapshot's greatest one is in it. Without the fence a
+    transaction holding seq 10 could commit after the snapshot saw seq 11, and a
+    reader going on from 11 would never see 10.
     """
     own = fresh or connections[using].in_atomic_block
     conn = connections.create_connection(using) if own else connections[using]
@@ -53,7 +63,7 @@ def read_transaction(using, *, fresh=False):
             if conn.vendor == "sqlite":
                 cursor.execute("BEGIN DEFERRED")
             else:
-                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                _begin_fenced(cursor)
             try:
                 yield cursor
             finally:
@@ -63,6 +73,21 @@ def read_transaction(using, *, fresh=False):
     finally:
         if own:
             conn.close()
+
+
+def _begin_fenced(cursor):
+    # The lock is taken BEFORE the transaction: a repeatable-read snapshot is fixed
+    # when its first statement starts, so a lock waited for inside it comes too late.
+    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{FENCE_WAIT_MS}ms"])
+    try:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [FENCE_KEY])
+    finally:
+        cursor.execute("SELECT set_config('lock_timeout', '0', false)")
+    try:
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        cursor.execute("SELECT 1")  # fixes the snapshot while no capture is in flight
+    finally:
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [FENCE_KEY])
 
 
 def snapshot(using, tables):

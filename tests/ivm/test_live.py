@@ -292,3 +292,43 @@ def test_reloading_one_table_keeps_the_others_and_skips_changes_it_already_holds
         with connection.cursor() as cursor:
             cursor.execute('DROP TABLE IF EXISTS "lv_a"')
             cursor.execute('DROP TABLE IF EXISTS "lv_b"')
+
+
+def test_a_snapshot_waits_for_a_transaction_holding_a_lower_seq(engine, vendor):
+    """
+    Postgres: seq N's transaction is open while N+1 commits, and a catalog hydrates
+    then. The snapshot must wait behind the fence and hold both rows; taken at once it
+    would hold N+1 at version N+1 and never see N.
+    """
+    if vendor != "postgresql":
+        pytest.skip("SQLite's write lock already commits seqs in order")
+    from django.db import connections, transaction
+
+    inserted, release = threading.Event(), threading.Event()
+
+    def slow():
+        try:
+            with transaction.atomic():
+                User.objects.create(id="u-late", name="late")
+                inserted.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    started = {}
+    try:
+        assert inserted.wait(10)
+        User.objects.create(id="u-early", name="early")
+        hydrate = threading.Thread(target=lambda: started.update(live=LiveQueries(engine).start()))
+        hydrate.start()
+        hydrate.join(0.3)
+        assert hydrate.is_alive(), "the snapshot did not wait for the open transaction"
+    finally:
+        release.set()
+        thread.join(10)
+    hydrate.join(10)
+    live = started["live"]
+    assert {r["id"] for r in live.catalog.store.rows("user")} == {"u-early", "u-late"}
+    assert live.version == outbox_high_water()
