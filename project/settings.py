@@ -113,6 +113,13 @@ else:
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_BEAT_SCHEDULE = {
+    # Expired public SQL outcomes (past RINDLE["SQL_OUTCOME_RETENTION_SECONDS"]).
+    "rindle-sweep-sql-outcomes": {
+        "task": "rindle_app.tasks.sweep_sql_outcomes",
+        "schedule": float(os.environ.get("RINDLE_SQL_OUTCOME_SWEEP_SECONDS", 600)),
+    },
+}
 
 AUTH_PASSWORD_VALIDATORS = []
 LANGUAGE_CODE = "en-us"

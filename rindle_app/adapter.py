@@ -27,6 +27,15 @@ class RindleAdapter:
         """
         return {}
 
+    def authorize_sql_write(self, user, token, table):
+        """
+        Whether public SQL (``/v1/sql/*``) from ``user`` may write ``table``:
+        ``token`` is the bearer token the request came with (None for a session).
+        By default only a token listing the table in its ``tables`` may write it;
+        ``_rindle_*``, ``django_*`` and ``auth_*`` tables are never writable there.
+        """
+        return token is not None and table in (token.tables or ())
+
 
 def get_adapter():
     from .conf import rindle_settings

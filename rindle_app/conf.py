@@ -54,6 +54,25 @@ DEFAULTS = {
     # Seconds between re-checks of an open socket's credentials (revoked token,
     # deactivated user, ended session): the bound on how long revocation takes.
     "WS_AUTH_RECHECK_SECONDS": 30,
+    # Public SQL (/v1/sql/*). The stored outcome of a replayable operation (an
+    # idempotency key, a transaction commit) is kept this long, so a retry within
+    # it replays the answer instead of running again; the sweep deletes it after.
+    "SQL_OUTCOME_RETENTION_SECONDS": 24 * 3600,
+    # Largest stored outcome, in bytes; a larger answer is kept with its rows
+    # elided (the replay still says what committed, with counts and cursor).
+    "SQL_OUTCOME_MAX_BYTES": 64 * 1024,
+    # Most statements in one batch, or in one interactive transaction.
+    "SQL_MAX_STATEMENTS": 256,
+    # Largest SQL text of one statement, in bytes.
+    "SQL_MAX_STATEMENT_BYTES": 64 * 1024,
+    # Most rows one statement may return (more is refused, not truncated).
+    "SQL_MAX_RESULT_ROWS": 10_000,
+    # Seconds an interactive transaction may stay idle before it expires.
+    "SQL_TRANSACTION_IDLE_SECONDS": 60,
+    # Open interactive transactions per process, and the bytes of statements and
+    # arguments one of them may buffer.
+    "SQL_TRANSACTIONS_MAX_OPEN": 256,
+    "SQL_TRANSACTION_MAX_BYTES": 1024 * 1024,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

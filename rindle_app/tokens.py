@@ -57,15 +57,19 @@ def split(raw):
     return prefix
 
 
-def create(user, scopes, *, name="", expires_at=None):
+def create(user, scopes, *, name="", expires_at=None, tables=()):
     """
     ``(raw, token)``: a new token of ``user`` with ``scopes``. ``raw`` is the only
-    copy of the secret; hand it over and forget it.
+    copy of the secret; hand it over and forget it. ``tables`` are the tables public
+    SQL with the token may write (the ``sql`` scope).
     """
     scopes = list(dict.fromkeys(scopes))
     unknown = [s for s in scopes if s not in SCOPES]
     if unknown or not scopes:
         raise ValueError(f"scopes must be a non-empty subset of {SCOPES}, got {scopes!r}")
+    tables = list(dict.fromkeys(tables))
+    if not all(isinstance(t, str) and t for t in tables):
+        raise ValueError(f"tables must be non-empty names, got {tables!r}")
     for _attempt in range(5):
         prefix = secrets.token_hex(PREFIX_BYTES)
         raw = f"rdl_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
@@ -77,6 +81,7 @@ def create(user, scopes, *, name="", expires_at=None):
                     prefix=prefix,
                     digest=digest(raw),
                     scopes=scopes,
+                    tables=tables,
                     expires_at=expires_at,
                 )
         except IntegrityError:  # a prefix collision: 48 random bits make it rare

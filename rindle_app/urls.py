@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from .api import ingest_views as ingest
 from .api import migrate_views, views
+from .api import sql_views as sql
 
 urlpatterns = [
     path("api/rindle/query", views.QueryView.as_view(), name="rindle-query"),
@@ -30,5 +31,23 @@ urlpatterns = [
         name="rindle-source-run-id",
     ),
     path("v1/sql/migrate", migrate_views.MigrateView.as_view(), name="rindle-sql-migrate"),
+    path("v1/sql/execute", sql.ExecuteView.as_view(), name="rindle-sql-execute"),
+    path("v1/sql/batch", sql.BatchView.as_view(), name="rindle-sql-batch"),
+    path("v1/sql/transactions", sql.TransactionsView.as_view(), name="rindle-sql-begin"),
+    path(
+        "v1/sql/transactions/<str:transaction_id>/execute",
+        sql.TransactionExecuteView.as_view(),
+        name="rindle-sql-txn-execute",
+    ),
+    path(
+        "v1/sql/transactions/<str:transaction_id>/commit",
+        sql.TransactionCommitView.as_view(),
+        name="rindle-sql-txn-commit",
+    ),
+    path(
+        "v1/sql/transactions/<str:transaction_id>/rollback",
+        sql.TransactionRollbackView.as_view(),
+        name="rindle-sql-txn-rollback",
+    ),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
 ]

@@ -26,6 +26,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--name", default="", help="what the token is for")
         parser.add_argument(
+            "--table",
+            action="append",
+            default=[],
+            help="a table public SQL with this token may write (repeat for several)",
+        )
+        parser.add_argument(
             "--expires-days", type=int, default=None, help="days until it expires (default: never)"
         )
 
@@ -40,7 +46,11 @@ class Command(BaseCommand):
             raise CommandError("--expires-days must be at least 1")
         expires_at = timezone.now() + timedelta(days=days) if days is not None else None
         raw, token = tokens.create(
-            user, options["scope"], name=options["name"][:100], expires_at=expires_at
+            user,
+            options["scope"],
+            name=options["name"][:100],
+            expires_at=expires_at,
+            tables=options["table"],
         )
         self.stderr.write(
             f"Created token {token.prefix} for {user} with scopes "

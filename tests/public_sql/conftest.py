@@ -1,0 +1,83 @@
+"""Fixtures of the public SQL tests: the views' engine, callers, and a state snapshot."""
+
+import json
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from rindle_app import tokens
+from rindle_app.engine import get_engine, shutdown
+from rindle_app.testing import outbox_high_water
+
+ISSUE = (
+    'INSERT INTO issue (id, title, status, priority, "ownerId", "createdAt", "updatedAt") '
+    "VALUES (?, ?, 'todo', 'high', 'alice', 1.5, 1.5)"
+)
+
+
+@pytest.fixture
+def engine(transactional_db):
+    """The engine the views use (``get_engine()``), stopped after the test."""
+    shutdown()
+    yield get_engine()
+    shutdown()
+
+
+@pytest.fixture
+def alice(engine, django_user_model):
+    return django_user_model.objects.create_user("alice", password="pw")
+
+
+def token_client(user, *scopes, tables=()):
+    raw, token = tokens.create(user, list(scopes), tables=tables)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client.token, client.raw_token = token, raw
+    return client
+
+
+@pytest.fixture
+def sql(alice):
+    """A token client of alice's with the sql scope, allowed to write ``issue`` only."""
+    return token_client(alice, "sql", tables=["issue"])
+
+
+def post(client, url, body):
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(url, data, content_type="application/json")
+
+
+def rows(sql, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def state():
+    """Everything a refused request must leave alone: rows, outcomes and the outbox."""
+    return {
+        "issues": rows("SELECT id, title, status FROM issue ORDER BY id"),
+        "users": rows('SELECT id, name FROM "user" ORDER BY id'),
+        "ledger": rows("SELECT * FROM _rindle_client_mutations ORDER BY client_id"),
+        "outcomes": rows("SELECT outcome_key, result FROM _rindle_sql_outcomes ORDER BY 1"),
+        "outbox": outbox_high_water(),
+    }
+
+
+def error(response, status, code):
+    """Assert ``response`` is the error ``code`` with ``status``; return its envelope."""
+    assert response.status_code == status, (response.status_code, response.content)
+    body = response.json()
+    assert set(body) == {"error"}, body
+    err = body["error"]
+    assert err["code"] == code, err
+    assert isinstance(err["message"], str) and err["message"]
+    assert err["retry_scope"] in ("request", "transaction", "closure", "never"), err
+    assert err["transaction_state"] in ("open", "closed", "unknown"), err
+    assert "statement_index" in err and "partial_results" in err, err
+    return err
+
+
+def issue(issue_id, title="t"):
+    return {"sql": ISSUE, "args": [issue_id, title]}
