@@ -54,6 +54,13 @@ DEFAULTS = {
     # Seconds between re-checks of an open socket's credentials (revoked token,
     # deactivated user, ended session): the bound on how long revocation takes.
     "WS_AUTH_RECHECK_SECONDS": 30,
+    # Usage ledger (rindle_app.flow): UTC days of per-namespace flow kept in the
+    # store (today included); each flush deletes older rows, and reads never reach
+    # past it. FLOW_NODE_ID names this process's rows: None gives every process a
+    # fresh id (restarts then add rows, summed at read); a stable id makes a
+    # restart continue its rows, and must never be shared by two live processes.
+    "FLOW_RETENTION_DAYS": 90,
+    "FLOW_NODE_ID": None,
     # Public SQL (/v1/sql/*). The stored outcome of a replayable operation (an
     # idempotency key, a transaction commit) is kept this long, so a retry within
     # it replays the answer instead of running again; the sweep deletes it after.

@@ -236,3 +236,68 @@ class RindleToken(models.Model):
         """Whether the token grants ``scope``; ``"admin"`` grants every scope."""
         scopes = self.scopes if isinstance(self.scopes, list) else []
         return scope in scopes or "admin" in scopes
+
+
+# --- usage ledger -------------------------------------------------------------------
+
+
+class FlowDayRecord(models.Model):
+    """
+    The kept half of the usage ledger (``rindle_app.flow``): one node's copy of one
+    namespace's flow over one UTC day.
+
+    Each process (node) writes only its own rows, by copy, so nodes flushing the
+    same namespace and day never overwrite each other; readers sum the nodes.
+    ``sessions`` is a JSON list, the node's sketch of distinct session ids (see
+    ``rindle_app.flow.sessions``), merged across nodes at read.
+    """
+
+    pk = models.CompositePrimaryKey("namespace", "day", "node")
+    namespace = models.TextField()
+    day = models.IntegerField()  # UTC days since 1970-01-01
+    node = models.TextField()
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+    # Bulk payload bytes, already inside bytes_in / bytes_out.
+    bulk_bytes_in = models.BigIntegerField(default=0)
+    bulk_bytes_out = models.BigIntegerField(default=0)
+    transfers = models.BigIntegerField(default=0)
+    # Refusals by reason (rindle_app.flow.Refusal).
+    refused_rate_limit = models.BigIntegerField(default=0)
+    refused_quota = models.BigIntegerField(default=0)
+    refused_permission = models.BigIntegerField(default=0)
+    refused_fenced = models.BigIntegerField(default=0)
+    refused_too_large = models.BigIntegerField(default=0)
+    refused_bad_request = models.BigIntegerField(default=0)
+    refused_unavailable = models.BigIntegerField(default=0)
+    refused_other = models.BigIntegerField(default=0)
+    auth_failures = models.BigIntegerField(default=0)
+    sessions = models.TextField(default="[]")
+    last_seen_ms = models.BigIntegerField(default=0)  # 0: no transfer or refusal
+
+    class Meta:
+        db_table = "_rindle_flow_days"
+        verbose_name = "flow day"
+        indexes = [models.Index(fields=["day"], name="rindle_flow_days_day")]
+
+    def __str__(self):
+        return f"{self.namespace} day {self.day} @ {self.node}"
+
+
+class FlowTombstone(models.Model):
+    """
+    A forgotten namespace: its generation, bumped by every forget, which flushes
+    check so that no process writes a forgotten namespace's figures back.
+    """
+
+    namespace = models.TextField(primary_key=True)
+    generation = models.BigIntegerField()
+    seq = models.BigIntegerField(unique=True)  # the order of forgets, for incremental reads
+    forgotten_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "_rindle_flow_forgotten"
+        verbose_name = "forgotten flow namespace"
+
+    def __str__(self):
+        return f"{self.namespace} generation {self.generation}"
