@@ -570,6 +570,15 @@ def _pg_plan_tables(plan):
     return written, read
 
 
+# Functions a plan may not call: server files and processes, locks, settings, and
+# the ones that run SQL given as text (query_to_xml would read any table unseen by
+# the plan's relation check). Matched in the plan, where quoting cannot hide them;
+# a string literal that merely spells one is refused too, which is conservative.
+_PG_DENIED_FUNCTION = re.compile(
+    r"\b((?:pg|lo)_\w+|dblink\w*|\w*_to_xml\w*|xpath\w*|set_config|current_setting)\s*\(",
+    re.IGNORECASE,
+)
+
 _PG_STATE = (
     "SELECT (SELECT md5(string_agg(name || '=' || COALESCE(setting, ''), ',' ORDER BY name)) "
     "FROM pg_settings) || current_user || session_user, "
@@ -800,9 +809,19 @@ class Reader:
             for schema, table in written:
                 if schema != self.schema or not self.principal.can_write(table):
                     raise _write_forbidden(table).at(st.index)
-            for _schema, table in read:
-                if protected(table):
-                    raise _read_forbidden(table).at(st.index)
+            for schema, table in read:
+                # System catalogs (pg_authid's password hashes, say) are never readable.
+                if protected(table) or schema != self.schema:
+                    raise _read_forbidden(
+                        table if schema == self.schema else f"{schema}.{table}"
+                    ).at(st.index)
+            denied = _PG_DENIED_FUNCTION.search(json.dumps(plan))
+            if denied is not None:
+                raise SqlError(
+                    f"function {denied.group(1)}() is not available to public SQL",
+                    code="FUNCTION_FORBIDDEN",
+                    status=403,
+                ).at(st.index)
             return {table for _schema, table in written}
         except RindleError:
             raise

@@ -143,6 +143,29 @@ def _bad_requests(vendor):
     ]
 
 
+def test_postgres_system_catalogs_and_server_functions_are_out_of_reach(engine, sql, vendor):
+    """Password hashes in pg_authid, server files, and SQL run from text are refused."""
+    if vendor != "postgresql":
+        pytest.skip("SQLite's authorizer sees every table a statement reads")
+    cases = [
+        ("SELECT rolpassword FROM pg_authid", "READ_FORBIDDEN"),
+        ("SELECT table_name FROM information_schema.tables", "READ_FORBIDDEN"),
+        ("SELECT pg_read_file('/etc/hostname')", "FUNCTION_FORBIDDEN"),
+        ("SELECT * FROM pg_ls_dir('.')", "FUNCTION_FORBIDDEN"),
+        (
+            "SELECT query_to_xml('select password from auth_user', true, true, '')",
+            "FUNCTION_FORBIDDEN",
+        ),
+        ("SELECT set_config('search_path', 'pg_catalog', false)", "FUNCTION_FORBIDDEN"),
+    ]
+    before = state()
+    for statement, code in cases:
+        error(post(sql, EXECUTE, {"statement": statement}), 403, code)
+    assert state() == before
+    ok = post(sql, EXECUTE, {"statement": "SELECT count(*) FROM issue"})
+    assert ok.status_code == 200, ok.content
+
+
 def test_bad_input_is_refused_with_a_code_and_writes_nothing(engine, sql, vendor):
     """Every malformed, forbidden or failing request gets its 4xx and changes nothing."""
     post(sql, EXECUTE, {"statement": issue("i1")})
