@@ -61,6 +61,9 @@ DEFAULTS = {
     # restart continue its rows, and must never be shared by two live processes.
     "FLOW_RETENTION_DAYS": 90,
     "FLOW_NODE_ID": None,
+    # Days without a transfer or refusal after which the operator's fleet page
+    # calls a namespace quiet (the page's ?silent=N overrides it per view).
+    "FLOW_SILENT_AFTER_DAYS": 14,
     # Public SQL (/v1/sql/*). The stored outcome of a replayable operation (an
     # idempotency key, a transaction commit) is kept this long, so a retry within
     # it replays the answer instead of running again; the sweep deletes it after.

@@ -179,6 +179,39 @@ class FlowStore:
             last_seen = {namespace: ms or 0 for namespace, ms in cursor.fetchall()}
         return rows, last_seen
 
+    def daily_bytes(self, first_day, last_day, node):
+        """
+        Wire bytes and transfers per namespace and UTC day over ``first_day`` ..
+        ``last_day``, summed over the nodes in ONE grouped query: ``[(namespace, day,
+        mine, bytes_in, bytes_out, transfers)]`` where ``mine`` is True for the row of
+        ``node`` and False for the sum of every other node's rows, so a reader holding
+        ``node``'s live figures can put them in place of its stored copy.
+        """
+        with self._reading() as cursor:
+            cursor.execute(
+                "SELECT namespace, day, CASE WHEN node = %s THEN 1 ELSE 0 END, "
+                f"SUM(bytes_in), SUM(bytes_out), SUM(transfers) FROM {DAYS} "
+                "WHERE day >= %s AND day <= %s GROUP BY 1, 2, 3 ORDER BY 1, 2",
+                [node, first_day, last_day],
+            )
+            return [
+                (namespace, day, bool(mine), int(b_in), int(b_out), int(transfers))
+                for namespace, day, mine, b_in, b_out, transfers in cursor.fetchall()
+            ]
+
+    def last_seen_by_namespace(self, floor_day):
+        """
+        ``{namespace: latest last_seen_ms}`` over every namespace with a row from
+        ``floor_day`` on (0: only auth failures), in one grouped query.
+        """
+        with self._reading() as cursor:
+            cursor.execute(
+                f"SELECT namespace, MAX(last_seen_ms) FROM {DAYS} WHERE day >= %s "
+                "GROUP BY namespace",
+                [floor_day],
+            )
+            return {namespace: ms or 0 for namespace, ms in cursor.fetchall()}
+
     def _rows(self, where, params):
         with self._reading() as cursor:
             cursor.execute(f"SELECT {_SELECT} FROM {DAYS} {where}", params)
