@@ -119,6 +119,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "rindle_app.tasks.sweep_sql_outcomes",
         "schedule": float(os.environ.get("RINDLE_SQL_OUTCOME_SWEEP_SECONDS", 600)),
     },
+    # The usage ledger: the worker's flush, aged rows dropped, the fleet figure cached.
+    "rindle-flow-tick": {
+        "task": "rindle_app.tasks.flow_tick",
+        "schedule": float(os.environ.get("RINDLE_FLOW_TICK_SECONDS", 60)),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = []

@@ -36,6 +36,32 @@ class RindleAdapter:
         """
         return token is not None and table in (token.tables or ())
 
+    def namespace(self, user, token=None):
+        """
+        The namespace (tenant) a request or a websocket counts under in the usage
+        ledger (``rindle_app.flow``) and whose quota it draws on.
+
+        ``token`` is the bearer token the caller authenticated with (None for a
+        session or nobody); ``user`` is its user, or the session's, or ``None``/an
+        anonymous user. It is also called with ``(None, None)`` for a caller whose
+        credentials were refused, to name where its auth failure is counted. By
+        default a token counts under its user, a signed-in user as
+        ``"user:<pk>"``, everyone else as ``"anonymous"`` (one shared namespace).
+
+        Return a short printable string (at most 200 characters), the same for
+        every call about the same tenant. Keep the number of namespaces low, a
+        tenant, an organisation or a plan, never a request or a socket: the ledger
+        keeps a counter slot per namespace in every process and a quota reads the
+        store once per namespace per process. It is called once per HTTP request
+        and once per websocket (in a worker thread): it may query the database,
+        but it should be cheap.
+        """
+        if token is not None:
+            return f"user:{token.user_id}"
+        if user is not None and getattr(user, "is_authenticated", False):
+            return f"user:{user.pk}"
+        return "anonymous"
+
 
 def get_adapter():
     from .conf import rindle_settings

@@ -64,6 +64,20 @@ DEFAULTS = {
     # Days without a transfer or refusal after which the operator's fleet page
     # calls a namespace quiet (the page's ?silent=N overrides it per view).
     "FLOW_SILENT_AFTER_DAYS": 14,
+    # Quotas (rindle_app.flow.quota): bytes moved (wire bytes in + out) per
+    # namespace over a rolling window of FLOW_QUOTA_WINDOW_DAYS UTC days, today
+    # included (at most FLOW_RETENTION_DAYS). FLOW_QUOTA_BYTES is every namespace's
+    # quota (None: unlimited); FLOW_QUOTAS overrides it per namespace
+    # ({namespace: bytes, or None for unlimited}). Over quota, an HTTP request is
+    # refused with 429 quota_exceeded and a websocket subscribe or pushMutation
+    # with quota_exceeded; both change nothing.
+    "FLOW_QUOTA_BYTES": None,
+    "FLOW_QUOTA_WINDOW_DAYS": 30,
+    "FLOW_QUOTAS": {},
+    # Seconds between the flushes a serving process makes of its usage ledger into
+    # the store (a daemon thread started with the ledger; it flushes once more at
+    # exit). A crash loses at most this much counted flow. 0 or None: no timer.
+    "FLOW_FLUSH_SECONDS": 60,
     # Public SQL (/v1/sql/*). The stored outcome of a replayable operation (an
     # idempotency key, a transaction commit) is kept this long, so a retry within
     # it replays the answer instead of running again; the sweep deletes it after.

@@ -10,6 +10,7 @@ from celery import shared_task
 
 from .conf import rindle_settings
 from .engine import outcomes
+from .flow import tick
 
 logger = logging.getLogger("rindle.tasks")
 
@@ -24,3 +25,22 @@ def sweep_sql_outcomes(now_ms=None):
     if removed:
         logger.info("rindle: swept %d expired SQL outcome(s)", removed)
     return removed
+
+
+@shared_task(name="rindle_app.tasks.flow_tick", ignore_result=True)
+def flow_tick(now_ms=None):
+    """
+    The usage ledger's periodic job in a worker (every minute): flush this
+    process's ledger, which drops the rows past the kept window, and cache the
+    fleet's figure for the operator's band. Web processes flush their own counters
+    (``rindle_app.flow.tick``): a worker cannot reach them.
+    """
+    summary = tick.beat(now_ms)
+    logger.info(
+        "rindle: flow tick wrote %d row(s); %d namespace(s), %d active, %d silent",
+        summary["written"],
+        summary["namespaces"],
+        summary["active"],
+        summary["silent"],
+    )
+    return summary

@@ -39,6 +39,15 @@ def require_service(name, url):
     pytest.skip(message)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_flow_process_state():
+    """Every test starts without this process's usage ledgers, quota cache or flush tick."""
+    from rindle_app.flow import tick
+
+    tick.reset()
+    yield
+
+
 @pytest.fixture
 def redis_url():
     return require_service("Redis", REDIS_URL)

@@ -2,9 +2,20 @@
 The HTTP routes of rindle's app tier (the original's ``@rindle/api-server``) and the
 client schema. Every answer carries ``Rindle-Boot-Id``: the engine's boot id, so a
 client can tell that the server restarted.
+
+Every route counts its traffic in the usage ledger (``rindle_app.flow``) under the
+namespace ``RindleAdapter.namespace`` names for its caller: an answered request is
+a transfer of its body bytes in (``Content-Length``) and its rendered body bytes out;
+a refused one (4xx, 5xx) is a refusal by reason instead, and a 401 an auth failure.
+A namespace over its quota is refused with 429 ``quota_exceeded`` before the view
+runs.
 """
 
+import hashlib
+import logging
+
 from django.db import DatabaseError
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
@@ -12,10 +23,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import leases, named
+from ..adapter import get_adapter
 from ..conf import rindle_settings
 from ..engine import InvalidInput, RindleError, Unavailable, get_engine
 from ..engine.mutations import validate_envelope
 from ..engine.writer import is_infrastructure_error
+from ..flow import quota
 from ..ivm.ast import QueryError, parse, query_key
 from ..stream.reader import read_query
 from . import serializers as s
@@ -25,18 +38,134 @@ from .permissions import IsAuthenticatedWithScope, TokenHasScope
 BOOT_ID_HEADER = "Rindle-Boot-Id"
 SYSTEM_PREFIX = "_rindle/"
 
+logger = logging.getLogger("rindle.api")
+
 
 def _errors(*statuses):
     return {status: OpenApiResponse(s.ErrorResponse) for status in statuses}
 
 
-class RindleView(APIView):
-    """JSON in, JSON out, errors in one shape, and the boot id on every answer."""
+class FlowMeteredMixin:
+    """
+    Counts a DRF view's requests in the usage ledger and checks the caller's quota.
+
+    After authentication and the permission checks, and before the handler, a
+    namespace over its quota is refused (429 ``quota_exceeded`` with
+    ``Retry-After``): nothing is done. Once the response is rendered it is counted:
+    a 2xx or 3xx as a transfer, a 401 as an auth failure under the namespace of
+    nobody, any other status as a refusal by reason (``flow.quota.refusal_for``).
+    """
+
+    _flow_meter = None
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self._flow_meter = request_meter(request)
+        self._flow_meter.check()
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if isinstance(exc, quota.QuotaExceeded) and response is not None:
+            response["Retry-After"] = str(-(-exc.retry_after_ms // 1000))
+        return response
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        meter = self._flow_meter
+        if hasattr(response, "add_post_render_callback"):
+            response.add_post_render_callback(lambda rendered: _count(request, rendered, meter))
+        else:
+            _count(request, response, meter)
+        return response
+
+
+def request_meter(request, refused=False):
+    """
+    The ``flow.quota.Meter`` of a DRF request's caller; ``refused``: its credentials
+    were refused, so it counts under the namespace of nobody. Reads the
+    authentication DRF already did, never authenticates again.
+    """
+    from ..models import RindleToken
+
+    if refused:
+        return quota.meter(get_adapter().namespace(None, None))
+    user = request.__dict__.get("_user")
+    token = request.__dict__.get("_auth")
+    token = token if isinstance(token, RindleToken) else None
+    namespace = get_adapter().namespace(user, token)
+    if token is not None:
+        session = f"token:{token.prefix}"
+    else:
+        key = getattr(getattr(request._request, "session", None), "session_key", None)
+        session = f"session:{hashlib.sha256(key.encode()).hexdigest()[:16]}" if key else None
+    return quota.meter(namespace, session)
+
+
+def _count(request, response, meter):
+    try:
+        status = response.status_code
+        if status == 401:
+            request_meter(request, refused=True).auth_failure()
+            return
+        meter = meter or request_meter(request)
+        if status < 400:
+            try:
+                bytes_in = max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+            except ValueError:
+                bytes_in = 0
+            meter.transfer(bytes_in=bytes_in, bytes_out=len(response.content))
+            return
+        data = getattr(response, "data", None)
+        error = data.get("error") if isinstance(data, dict) else None
+        code = error.get("code") if isinstance(error, dict) else None
+        meter.refuse(quota.refusal_for(code if isinstance(code, str) else None, status))
+    except Exception:
+        logger.exception("rindle api: counting a request in the usage ledger failed")
+
+
+class RindleSchema(AutoSchema):
+    """Documents the 429 ``quota_exceeded`` every metered route may answer."""
+
+    def get_operation(self, *args, **kwargs):
+        operation = super().get_operation(*args, **kwargs)
+        responses = (operation or {}).get("responses")
+        if not responses or "429" in responses:
+            return operation
+        # The route's own error body (the SQL routes' envelope is richer).
+        error = next(
+            (
+                responses[c]
+                for c in ("400", "401", "403", "503")
+                if "content" in responses.get(c, {})
+            ),
+            None,
+        )
+        if error is not None:
+            responses["429"] = {
+                "description": "The caller's namespace moved its quota of bytes "
+                "(`quota_exceeded`, retryable); nothing was done.",
+                "headers": {
+                    "Retry-After": {
+                        "schema": {"type": "integer"},
+                        "description": "Seconds until enough of the window has passed.",
+                    }
+                },
+                "content": error["content"],
+            }
+        return operation
+
+
+class RindleView(FlowMeteredMixin, APIView):
+    """
+    JSON in, JSON out, errors in one shape, the boot id on every answer, and the
+    caller's traffic counted in the usage ledger (``FlowMeteredMixin``).
+    """
 
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]
     permission_classes = [TokenHasScope]
     required_scope = None
+    schema = RindleSchema()
 
     def get_exception_handler(self):
         return exception_handler

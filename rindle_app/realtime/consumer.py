@@ -6,6 +6,17 @@ Client frames: ``init``, ``subscribe`` (by name and args, or by lease token),
 shape; a bad one is answered with ``error`` (or ``queryError`` for one query) and
 changes nothing; the connection stays open. Server frames come from the hub
 (``rindle.frames`` messages on this consumer's channel), in order.
+
+Usage (``rindle_app.flow``): a socket counts under the namespace
+``RindleAdapter.namespace`` names for its user or token, with the connection as
+the session. Each accepted client frame is a transfer of its UTF-8 bytes in; each
+batch the sender writes is a transfer of its bytes out. A refused frame is a
+refusal by reason instead (its error reply is not counted), a refused bearer token
+an auth failure under the namespace of nobody. Counting reads no database: the
+ledger and the namespace's quota are set up at connect, in a worker thread. Over
+quota, subscribe and pushMutation are refused with ``quota_exceeded``; the
+subscriptions a socket already holds keep receiving their batches (cutting them
+would leave the client's views torn; the socket's next subscribe is refused).
 """
 
 import asyncio
@@ -17,9 +28,12 @@ import uuid
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import close_old_connections
 
+from ..adapter import get_adapter
 from ..conf import rindle_settings
 from ..engine.errors import MutationGap, RindleError
+from ..flow import quota
 from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, QueryRefused, resolve
 from . import wire
@@ -45,6 +59,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     hub = None
     token = None
+    meter = None
+    # Set when the client frame being handled is refused (its bytes are not a transfer).
+    _refused = False
     # Frames come straight from the hub (see hub.py), so the consumer listens on no
     # channel layer: no per-socket receive on Redis, and a Redis hiccup closes nothing.
     channel_layer_alias = None
@@ -57,10 +74,11 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if bearer is not None:
             found = await database_sync_to_async(_authenticate)(bearer)
             if found is None:
+                await sync_to_async(_auth_failure, thread_sensitive=False)()
                 await self.close(code=CLOSE_UNAUTHORIZED)
                 return
             self.user, self.token = found
-        self.hub = await sync_to_async(get_hub, thread_sensitive=False)()
+        self.hub, self.meter = await sync_to_async(self._start, thread_sensitive=False)()
         self._outbox = asyncio.Queue()
         self.conn = await sync_to_async(self.hub.connect, thread_sensitive=False)(
             self.channel_name, asyncio.get_running_loop(), self._outbox.put_nowait, self.user
@@ -70,6 +88,17 @@ class RindleConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self._sender = asyncio.ensure_future(self._send_frames())
         self._recheck = asyncio.ensure_future(self._recheck_credentials())
+
+    def _start(self):
+        """The hub, and the socket's meter with its quota seeded (may read the store)."""
+        try:
+            meter = quota.meter(
+                get_adapter().namespace(self.user, self.token), session=self.channel_name
+            )
+            meter.seed()
+        finally:
+            close_old_connections()  # a shared worker thread: release what the read opened
+        return get_hub(), meter
 
     async def disconnect(self, code):
         for task in (getattr(self, "_recheck", None), getattr(self, "_sender", None)):
@@ -88,6 +117,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
             except Exception:  # a database hiccup is not a revocation; check again later
                 logger.exception("rindle consumer: credential re-check failed")
                 continue
+            self.meter.auth_failure()
             for query_id in sorted(self.conn.subs):
                 await self.send(
                     text_data=wire.query_error(
@@ -121,21 +151,33 @@ class RindleConsumer(AsyncWebsocketConsumer):
     # --- from the hub ------------------------------------------------------------------
 
     async def _send_frames(self):
-        """Write the hub's batches to the socket, in order."""
+        """Write the hub's batches to the socket, in order; each is one transfer out."""
         conn = self.conn
+        meter = self.meter
         while True:
             frames = await self._outbox.get()
+            sent = 0
             try:
                 for frame in frames:
                     await self.send(text_data=frame)
+                    sent += len(frame) if frame.isascii() else len(frame.encode())
             except Exception:  # the socket closed under us; disconnect() cleans up
                 return
             finally:
                 conn.sent += 1
+                if sent:
+                    meter.transfer(bytes_out=sent)
 
     # --- from the client ---------------------------------------------------------------
 
     async def receive(self, text_data=None, bytes_data=None):
+        self._refused = False
+        await self._handle(text_data)
+        if not self._refused:
+            size = len(text_data) if text_data.isascii() else len(text_data.encode())
+            self.meter.transfer(bytes_in=size)
+
+    async def _handle(self, text_data):
         if text_data is None:
             return await self._error("frames are JSON text; binary frames are not accepted")
         if len(text_data) > int(rindle_settings.WS_MAX_FRAME_BYTES):
@@ -199,10 +241,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 f"queryId must be an integer in 0..{MAX_QUERY_ID}", code="bad_frame"
             )
         if not self._may("read"):
-            return await self.send(
-                text_data=wire.query_error(
-                    query_id, "this token may not read (scope 'read')", "unauthorized"
-                )
+            return await self._query_error(
+                query_id, "this token may not read (scope 'read')", "unauthorized"
             )
         mode = msg.get("mode", "flat")
         if mode is None:
@@ -219,12 +259,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
                     code="bad_frame",
                     query_id=query_id,
                 )
+            if await self._over_quota(query_id):
+                return
             try:
                 name, args, user = await database_sync_to_async(self._lease)(token)
             except _Refused as exc:
-                return await self.send(
-                    text_data=wire.query_error(query_id, exc.message, exc.code, False)
-                )
+                return await self._query_error(query_id, exc.message, exc.code)
         else:
             name, args, user = msg.get("name"), msg.get("args"), self.user
             if not isinstance(name, str):
@@ -233,14 +273,34 @@ class RindleConsumer(AsyncWebsocketConsumer):
                     code="bad_frame",
                     query_id=query_id,
                 )
+            if await self._over_quota(query_id):
+                return
         try:
             await database_sync_to_async(self._attach)(query_id, name, args, user, mode)
         except QueryRefused as exc:
-            await self.send(text_data=wire.query_error(query_id, exc.message, exc.code, False))
+            await self._query_error(query_id, exc.message, exc.code)
         except QueryError as exc:
-            await self.send(
-                text_data=wire.query_error(query_id, f"invalid query: {exc}", "invalid_query")
-            )
+            await self._query_error(query_id, f"invalid query: {exc}", "invalid_query")
+
+    async def _over_quota(self, query_id=None, mid=None):
+        """Refuse the frame if the socket's namespace is over quota (memory only)."""
+        try:
+            self.meter.check(seed=False)
+        except quota.QuotaExceeded as exc:
+            if mid is None:
+                await self._query_error(
+                    query_id, exc.message, exc.code, True, retry_after_ms=exc.retry_after_ms
+                )
+            else:
+                await self._error(
+                    exc.message,
+                    exc.code,
+                    mid=mid,
+                    retryable=True,
+                    retryAfterMs=exc.retry_after_ms,
+                )
+            return True
+        return False
 
     def _lease(self, token):
         from django.contrib.auth import get_user_model
@@ -291,6 +351,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(
                 "the envelope's clientID is not this connection's", code="bad_frame"
             )
+        if await self._over_quota(mid=envelope["mid"]):
+            return
         engine = self.hub.engine
         # Frames for this connection wait while its mutation runs, so an outcome
         # frame goes out before the lmid row that confirms the mid.
@@ -307,8 +369,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 self.user,
             )
         except MutationGap as exc:
+            self._refuse(exc.code, exc.status)
             outcome = (wire.error(str(exc), "mid_gap", mid=envelope["mid"], lmid=exc.lmid),)
         except RindleError as exc:
+            self._refuse(exc.code, exc.status)
             outcome = (
                 wire.error(str(exc), exc.code, mid=envelope["mid"], retryable=exc.retryable),
             )
@@ -327,7 +391,18 @@ class RindleConsumer(AsyncWebsocketConsumer):
         )
 
     async def _error(self, message, code="bad_frame", query_id=None, **extra):
+        """Refuse the client frame being handled with an ``error`` frame."""
+        self._refuse(code)
         await self.send(text_data=wire.error(message, code, query_id, **extra))
+
+    async def _query_error(self, query_id, message, code, retryable=False, **extra):
+        """Refuse a subscribe with a ``queryError`` frame."""
+        self._refuse(code)
+        await self.send(text_data=wire.query_error(query_id, message, code, retryable, **extra))
+
+    def _refuse(self, code, status=None):
+        self._refused = True
+        self.meter.refuse(quota.refusal_for(code, status))
 
 
 def _bearer(scope):
@@ -344,6 +419,14 @@ def _authenticate(raw):
     from ..tokens import authenticate
 
     return authenticate(raw) if raw else None
+
+
+def _auth_failure():
+    """Count a refused bearer token (the first meter of a process reads the store)."""
+    try:
+        quota.meter(get_adapter().namespace(None, None)).auth_failure()
+    finally:
+        close_old_connections()
 
 
 class _Refused(Exception):

@@ -1,0 +1,283 @@
+"""
+The flush tick: how each process's usage ledger reaches the store.
+
+The live counters are in the memory of the process that served the traffic, so
+only that process can flush them; a Celery worker cannot flush a web process's
+counters. Every serving process therefore runs its own tick: ``serving_ledger()``
+(what the websocket consumer and the HTTP views count through) starts the ledger
+and, with it, a daemon thread that flushes every ``FLOW_FLUSH_SECONDS``; and
+``shutdown()`` flushes once more when the process stops, from ``atexit`` (Daphne and
+uvicorn exit normally on SIGTERM and SIGINT) or from an ASGI lifespan shutdown
+(``lifespan``, for servers that speak it). A SIGKILL loses at most one tick.
+
+The Celery beat task ``rindle_app.tasks.flow_tick`` runs ``beat()`` in a worker:
+it flushes the worker's own ledger (what tasks recorded), the flush drops the rows
+that aged out of the kept window, and it computes ``fleet()`` once for the operator's
+band and caches it in Django's cache (``cached_fleet()``). A web process reads the
+worker's figure only through a shared cache backend (Redis, Memcached, the
+database); with the default per-process memory cache it finds nothing and computes
+the fleet itself.
+
+No tick starts and nothing is flushed at exit inside Django's test environment
+(``setup_test_environment``, as pytest-django and ``manage.py test`` set it up): a
+background writer would race the tests' own use of the store. Tests flush
+explicitly, or start a ``FlushTick``.
+"""
+
+import atexit
+import dataclasses
+import logging
+import os
+import threading
+import weakref
+
+from django.db import close_old_connections, connections
+
+from . import Fleet, get_ledger, now_ms
+
+logger = logging.getLogger("rindle.flow")
+
+FLEET_CACHE_KEY = "rindle:flow:fleet:{using}"
+
+
+class FlushTick:
+    """
+    A daemon thread calling ``flush()`` every ``interval`` seconds until ``stop()``.
+
+    A failing flush is logged and retried at the next tick (the ledger keeps what it
+    could not write).
+    """
+
+    def __init__(self, interval, flush=None):
+        if not interval or interval <= 0:
+            raise ValueError(f"a flush tick needs a positive interval, not {interval!r}")
+        self.interval = float(interval)
+        self._flush = flush or flush_all
+        self._stop = threading.Event()
+        self._thread = None
+        self.ticks = 0
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="rindle-flow-tick", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout=5.0):
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def alive(self):
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self):
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    self._flush()
+                except Exception:
+                    logger.exception("rindle flow: the flush tick failed; the next one retries")
+                finally:
+                    self.ticks += 1
+                    close_old_connections()
+        finally:
+            connections.close_all()
+
+
+def flush_all(now=None):
+    """Flush every ledger of this process (those on their own database); rows written."""
+    from . import _ledgers
+
+    now = now_ms() if now is None else now
+    written = 0
+    for ledger in list(_ledgers.values()):
+        if _moved_database(ledger):
+            continue
+        try:
+            written += ledger.flush(now)
+        except Exception:
+            logger.exception("rindle flow: flushing %r failed; the next flush retries", ledger)
+    return written
+
+
+# --- the serving process --------------------------------------------------------------
+
+_lock = threading.Lock()
+_tick = None
+_tick_decided = False
+_at_exit_registered = False
+# The database NAME each served ledger started on: a ledger is never flushed into
+# another database (a test run's teardown points the alias elsewhere).
+_databases = weakref.WeakKeyDictionary()
+
+
+def serving_ledger(using=None):
+    """
+    This process's ledger of ``using`` (``flow.get_ledger``), with the flush tick and
+    the exit flush started on first use. The first call reads the store: make it
+    off the event loop.
+    """
+    ledger = get_ledger(using)
+    if _tick_decided and ledger in _databases:
+        return ledger
+    with _lock:
+        _databases.setdefault(ledger, _database_name(ledger))
+        _start_locked()
+    return ledger
+
+
+def start():
+    """Start this process's flush tick and exit flush (idempotent); the tick or None."""
+    with _lock:
+        return _start_locked()
+
+
+def _start_locked():
+    global _tick, _tick_decided, _at_exit_registered
+    if _tick_decided:
+        return _tick
+    _tick_decided = True
+    if _in_test_environment():
+        return None
+    if not _at_exit_registered:
+        atexit.register(shutdown)
+        _at_exit_registered = True
+    from ..conf import rindle_settings
+
+    interval = rindle_settings.FLOW_FLUSH_SECONDS
+    if interval:
+        _tick = FlushTick(interval).start()
+    return _tick
+
+
+def shutdown(now=None):
+    """
+    Stop the tick and flush every ledger of this process one last time (then drop
+    them): on a graceful stop. Safe to call more than once.
+    """
+    global _tick, _tick_decided
+    from . import _ledgers
+    from . import _lock as ledgers_lock
+    from . import shutdown as flow_shutdown
+
+    with _lock:
+        tick, _tick, _tick_decided = _tick, None, False
+    if tick is not None:
+        tick.stop()
+    with ledgers_lock:
+        for using, ledger in list(_ledgers.items()):
+            if _moved_database(ledger):
+                logger.warning(
+                    "rindle flow: %r's database changed since it started; not flushed", ledger
+                )
+                del _ledgers[using]
+    flow_shutdown(now)
+
+
+def reset():
+    """
+    Stop the tick and drop this process's ledgers WITHOUT flushing them, and the
+    quota cache: a test's fresh start (earlier tests' traffic started them).
+    """
+    global _tick, _tick_decided
+    from . import _ledgers, quota
+    from . import _lock as ledgers_lock
+
+    with _lock:
+        tick, _tick, _tick_decided = _tick, None, False
+    if tick is not None:
+        tick.stop()
+    with ledgers_lock:
+        _ledgers.clear()
+    quota.reset()
+
+
+async def lifespan(scope, receive, send):
+    """
+    An ASGI lifespan application: flushes at the server's shutdown. Route it with
+    ``ProtocolTypeRouter({..., "lifespan": lifespan})`` under servers that send
+    lifespan events (uvicorn, hypercorn); Daphne sends none and exits through
+    ``atexit``.
+    """
+    from asgiref.sync import sync_to_async
+
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await sync_to_async(shutdown, thread_sensitive=False)()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _in_test_environment():
+    # setup_test_environment installs mail.outbox; teardown removes it.
+    from django.core import mail
+
+    return hasattr(mail, "outbox")
+
+
+def _database_name(ledger):
+    return connections[ledger.store.using].settings_dict.get("NAME")
+
+
+def _moved_database(ledger):
+    name = _databases.get(ledger)
+    return name is not None and name != _database_name(ledger)
+
+
+def _after_fork_in_child():
+    # The tick thread does not survive a fork; the child's ledgers are new.
+    global _tick, _tick_decided
+    _tick, _tick_decided = None, False
+    _databases.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# --- the beat (Celery) ------------------------------------------------------------------
+
+
+def beat(now=None, using=None):
+    """
+    The periodic job of a Celery worker: flush this process's ledger (which drops
+    the rows past the kept window), compute ``fleet()`` once and cache it for the
+    operator's band. Returns a summary for the task's log.
+    """
+    from django.core.cache import cache
+
+    from ..conf import rindle_settings
+
+    using = using or rindle_settings.DATABASE
+    now = now_ms() if now is None else now
+    ledger = get_ledger(using)
+    written = ledger.flush(now)
+    fleet = ledger.fleet(now, rindle_settings.FLOW_SILENT_AFTER_DAYS)
+    seconds = max(300, 5 * float(rindle_settings.FLOW_FLUSH_SECONDS or 60))
+    cache.set(
+        FLEET_CACHE_KEY.format(using=using),
+        {"at_ms": now, "fleet": dataclasses.asdict(fleet)},
+        timeout=seconds,
+    )
+    return {
+        "written": written,
+        "namespaces": fleet.namespaces,
+        "active": fleet.active,
+        "silent": fleet.silent,
+    }
+
+
+def cached_fleet(using=None):
+    """``(Fleet, computed_at_ms)`` as the last beat cached it, or None."""
+    from django.core.cache import cache
+
+    from ..conf import rindle_settings
+
+    cached = cache.get(FLEET_CACHE_KEY.format(using=using or rindle_settings.DATABASE))
+    if not isinstance(cached, dict):
+        return None
+    return Fleet(**cached["fleet"]), cached["at_ms"]
