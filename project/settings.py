@@ -147,6 +147,8 @@ SPECTACULAR_SETTINGS = {"TITLE": "rindle", "VERSION": "0.1.0"}
 
 RINDLE = {
     "SYNCED_MODELS": ["demo.User", "demo.Issue", "demo.Tag", "demo.Comment"],
+    # Seconds between this process's flushes of its usage ledger (tests shorten it).
+    "FLOW_FLUSH_SECONDS": float(os.environ.get("RINDLE_FLOW_FLUSH_SECONDS", 60)),
 }
 
 LOGGING = {
