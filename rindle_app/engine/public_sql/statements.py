@@ -1,0 +1,385 @@
+"""Public SQL statements: their errors, values, scanning, parsing and identity."""
+
+import hashlib
+import json
+import math
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from datetime import time as dtime
+from decimal import Decimal
+
+from ...conf import rindle_settings
+from ..errors import RindleError
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+SAFE_INT = 2**53 - 1
+RETRY_SCOPES = ("request", "transaction", "closure", "never")
+
+
+# --- errors -------------------------------------------------------------------------
+
+
+class SqlError(RindleError):
+    """
+    A public SQL request failed; its details follow the original's envelope:
+    ``retry_scope`` (``request``: send the same request again; ``transaction``: the
+    same operation; ``closure``: run the whole transaction again; ``never``),
+    ``transaction_state`` (``open``, ``closed`` or ``unknown``) and, when one
+    statement is to blame, ``statement_index``.
+    """
+
+    code = "SQL_ERROR"
+    status = 400
+
+    def __init__(
+        self,
+        message,
+        *,
+        code=None,
+        status=None,
+        retry_scope="never",
+        transaction_state="closed",
+        statement_index=None,
+        **details,
+    ):
+        super().__init__(
+            message,
+            code=code,
+            retry_scope=retry_scope,
+            transaction_state=transaction_state,
+            statement_index=statement_index,
+            partial_results=None,
+            **details,
+        )
+        if status is not None:
+            self.status = status
+        self.retryable = retry_scope == "request"
+
+    def at(self, index, state=None):
+        """This error, blamed on statement ``index`` (and ``state``, if given)."""
+        self.details["statement_index"] = index
+        if state is not None:
+            self.details["transaction_state"] = state
+        return self
+
+
+def protocol_error(message, index=None):
+    return SqlError(message, code="PROTOCOL_ERROR", statement_index=index)
+
+
+# --- values ----------------------------------------------------------------------------
+
+
+def decode_value(value, where):
+    """A JSON argument as a driver value; tagged values carry what JSON cannot."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        if not I64_MIN <= value <= I64_MAX:
+            raise _unsupported(f"{where}: {value} is outside the 64-bit integer range")
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, dict) and set(value) == {"$rindle", "value"}:
+        tag, text = value["$rindle"], value["value"]
+        if tag == "i64" and isinstance(text, str) and re.fullmatch(r"-?[0-9]{1,19}", text):
+            number = int(text)
+            if I64_MIN <= number <= I64_MAX:
+                return number
+        if tag == "float" and isinstance(text, str):
+            try:
+                return float(text)
+            except ValueError:
+                pass
+    raise _unsupported(f"{where}: unsupported value {json.dumps(value)[:80]}")
+
+
+def _unsupported(message):
+    return SqlError(message, code="VALUE_UNSUPPORTED")
+
+
+def encode_value(value):
+    """A database value as JSON: big integers and non-finite floats tagged."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value if -SAFE_INT <= value <= SAFE_INT else {"$rindle": "i64", "value": str(value)}
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return {"$rindle": "float", "value": text}
+    if isinstance(value, Decimal):
+        if value.is_finite() and value == value.to_integral_value():
+            return encode_value(int(value))
+        return encode_value(float(value))
+    if isinstance(value, (datetime, date, dtime)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    raise _unsupported(f"a result value of type {type(value).__name__} has no JSON form")
+
+
+# --- statements ------------------------------------------------------------------------
+
+READS = {"SELECT", "VALUES", "WITH", "TABLE"}
+WRITES = {"INSERT", "UPDATE", "DELETE", "REPLACE", "MERGE"}
+DDL = {
+    "CREATE",
+    "ALTER",
+    "DROP",
+    "TRUNCATE",
+    "RENAME",
+    "COMMENT",
+    "GRANT",
+    "REVOKE",
+    "REINDEX",
+    "CLUSTER",
+    "REFRESH",
+    "SECURITY",
+    "IMPORT",
+}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+@dataclass
+class Statement:
+    """One validated statement: its text, driver text, decoded args and identity."""
+
+    index: int
+    sql: str
+    args: object  # list, dict or None, decoded
+    want_rows: bool
+    keyword: str
+    driver_sql: str
+    wire: dict  # as sent, for the request identity
+    size: int
+
+
+def parse_statements(items, vendor, *, many=True):
+    """Validate ``items`` (a list of statements; one statement when not ``many``)."""
+    if not many:
+        return [parse_statement(items, 0, vendor)]
+    if not isinstance(items, list) or not items:
+        raise protocol_error("statements must be a non-empty list")
+    limit = int(rindle_settings.SQL_MAX_STATEMENTS)
+    if len(items) > limit:
+        raise protocol_error(f"{len(items)} statements; the limit is {limit}")
+    return [parse_statement(item, i, vendor) for i, item in enumerate(items)]
+
+
+def parse_statement(item, index, vendor):
+    if isinstance(item, str):
+        item = {"sql": item}
+    if not isinstance(item, dict):
+        raise protocol_error("a statement is an object {sql, args?, want_rows?}", index)
+    unknown = set(item) - {"sql", "args", "want_rows"}
+    if unknown:
+        raise protocol_error(f"unknown statement field(s) {sorted(unknown)}", index)
+    sql = item.get("sql")
+    if not isinstance(sql, str) or not sql.strip():
+        raise protocol_error("sql must be a non-empty string", index)
+    size = len(sql.encode())
+    limit = int(rindle_settings.SQL_MAX_STATEMENT_BYTES)
+    if size > limit:
+        raise protocol_error(f"the statement takes {size} bytes; the limit is {limit}", index)
+    if "\x00" in sql:
+        raise protocol_error("sql contains a NUL character", index)
+    want_rows = item.get("want_rows", True)
+    if not isinstance(want_rows, bool):
+        raise protocol_error("want_rows must be a boolean", index)
+    raw_args = item.get("args")
+    try:
+        keyword, positional, names, driver_sql = scan(sql, vendor)
+        args = _bind(raw_args, positional, names)
+    except SqlError as exc:
+        raise exc.at(index) from None
+    _check_keyword(keyword, index)
+    wire = {"sql": sql, "args": raw_args, "want_rows": want_rows}
+    size += len(json.dumps(raw_args))
+    return Statement(index, sql, args, want_rows, keyword, driver_sql, wire, size)
+
+
+def _bind(raw, positional, names):
+    if positional and names:
+        raise protocol_error("use either ? or :name placeholders in one statement, not both")
+    if names:
+        if not isinstance(raw, dict):
+            raise protocol_error("named placeholders take args as an object")
+        missing = sorted(set(names) - set(raw))
+        extra = sorted(set(raw) - set(names))
+        if missing or extra:
+            raise protocol_error(
+                f"args do not match the placeholders: missing {missing}, extra {extra}"
+            )
+        return {k: decode_value(v, f"args.{k}") for k, v in raw.items()}
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise protocol_error("positional placeholders take args as a list")
+    if len(raw) != positional:
+        raise protocol_error(f"the statement has {positional} placeholder(s) but {len(raw)} args")
+    return [decode_value(v, f"args[{i}]") for i, v in enumerate(raw)] or None
+
+
+def _check_keyword(keyword, index):
+    if keyword is None:
+        raise protocol_error("the statement is empty", index)
+    if keyword in READS or keyword in WRITES:
+        return
+    if keyword in DDL:
+        raise SqlError(
+            f"{keyword} is DDL: apply schema changes through /v1/sql/migrate",
+            code="DDL_FORBIDDEN",
+            statement_index=index,
+        )
+    raise SqlError(
+        f"{keyword} statements are not accepted here (only SELECT, VALUES, WITH, INSERT, "
+        "UPDATE, DELETE)",
+        code="STATEMENT_UNSUPPORTED",
+        statement_index=index,
+    )
+
+
+def scan(sql, vendor):
+    """
+    ``(first keyword, ? count, :names, driver text)`` of one statement.
+
+    Strings, quoted identifiers, dollar quotes and comments are skipped, so a
+    placeholder or a ``;`` inside them counts for nothing. Only whitespace and
+    comments may follow a top-level ``;``. On PostgreSQL the driver text uses
+    psycopg's ``%s``/``%(name)s`` (a literal ``%`` doubled).
+    """
+    pg = vendor == "postgresql"
+    out, i, n = [], 0, len(sql)
+    keyword, positional, names, ended = None, 0, [], False
+    while i < n:
+        ch = sql[i]
+        if ch.isspace():
+            out.append(ch)
+            i += 1
+            continue
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            j = n if j < 0 else j + 1
+            out.append(sql[i:j])
+            i = j
+            continue
+        if sql.startswith("/*", i):
+            j = _comment_end(sql, i, nested=pg)
+            out.append(sql[i:j])
+            i = j
+            continue
+        if ended:
+            raise protocol_error("send one statement per entry (text follows a ';')")
+        if ch == ";":
+            ended = True
+            i += 1
+            continue
+        if ch in "'\"" or (not pg and ch in "[`"):
+            closing = {"[": "]"}.get(ch, ch)
+            j = _quoted_end(sql, i, closing, backslash=False)
+            out.append(sql[i:j])
+            i = j
+            continue
+        if pg and ch == "$":
+            m = _DOLLAR.match(sql, i)
+            if m:
+                end = sql.find(m.group(0), m.end())
+                if end < 0:
+                    raise protocol_error("unterminated dollar-quoted string")
+                j = end + len(m.group(0))
+                out.append(sql[i:j])
+                i = j
+                continue
+            if i + 1 < n and sql[i + 1].isdigit():
+                raise protocol_error("use ? or :name placeholders, not $n")
+        if ch == "?":
+            positional += 1
+            out.append("%s" if pg else "?")
+            i += 1
+            continue
+        if ch == ":" and (i == 0 or sql[i - 1] != ":") and i + 1 < n:
+            m = _WORD.match(sql, i + 1)
+            if m and not (pg and "$" in m.group(0)):
+                names.append(m.group(0))
+                out.append(f"%({m.group(0)})s" if pg else sql[i : m.end()])
+                i = m.end()
+                continue
+        if ch == "%" and pg:
+            out.append("%%")
+            i += 1
+            continue
+        m = _WORD.match(sql, i)
+        if m:
+            word = m.group(0)
+            if keyword is None:
+                keyword = word.upper()
+            j = m.end()
+            if pg and word in ("E", "e") and j < n and sql[j] == "'":
+                k = _quoted_end(sql, j, "'", backslash=True)
+                out.append(sql[i:k])
+                i = k
+                continue
+            out.append(word)
+            i = j
+            continue
+        out.append(ch)
+        i += 1
+    names = list(dict.fromkeys(names))
+    driver = "".join(out) if pg and (positional or names) else sql.rstrip().rstrip(";")
+    return keyword, positional, names, driver
+
+
+def _comment_end(sql, i, nested):
+    depth, j = 0, i
+    while j < len(sql):
+        if sql.startswith("/*", j):
+            depth += 1
+            j += 2
+            if not nested and depth > 1:
+                depth = 1
+            continue
+        if sql.startswith("*/", j):
+            depth -= 1
+            j += 2
+            if depth == 0:
+                return j
+            continue
+        j += 1
+    raise protocol_error("unterminated /* comment")
+
+
+def _quoted_end(sql, i, closing, backslash):
+    j = i + 1
+    while j < len(sql):
+        c = sql[j]
+        if backslash and c == "\\":
+            j += 2
+            continue
+        if c == closing:
+            if j + 1 < len(sql) and sql[j + 1] == closing and closing in "'\"`":
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    raise protocol_error("unterminated quoted string or identifier")
+
+
+def identity(route, statements):
+    """The request identity: what a replay must repeat exactly."""
+    text = json.dumps(
+        {"route": route, "statements": [s.wire for s in statements]},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
