@@ -7,37 +7,18 @@ statements, the bookkeeping they need (capture triggers) and the journal row in
 transaction, so a crash leaves a migration either fully applied with its marker
 or absent.
 
-Splitting. The text is cut into statements at every ``;`` outside string
-literals (``'...'`` with ``''`` escapes), quoted identifiers (``"..."``,
-``\\`...\\```) and comments (``-- ...``, ``/* ... */``). Syntax whose extent such a
-scan cannot know is refused (``unsupported_syntax``): ``$`` (dollar quoting and
-parameters), ``E'...'`` strings, unterminated literals or comments, unbalanced
-parentheses, schema-qualified table names. Trigger and function bodies are
-therefore unsupported.
+Statements are split and classified by ``migration_sql`` (the scanner, the
+allow-list and the refusals that need only the SQL text). The journal refuses more,
+with their own codes:
 
-Classification, by the leading keywords (an allow-list; anything else is
-``unsupported_statement``):
-
-- DDL: ``CREATE [UNIQUE] INDEX``, ``CREATE TABLE``, ``CREATE VIEW``, ``DROP TABLE``,
-  ``DROP INDEX``, ``DROP VIEW`` and ``ALTER TABLE`` with ``ADD [COLUMN]``, ``ADD``
-  a constraint, ``DROP [COLUMN]``, ``DROP CONSTRAINT`` or ``ALTER [COLUMN] ...
-  SET/DROP DEFAULT | SET/DROP NOT NULL``. Drops are destructive: the report marks
-  them and the management command prints ``[destructive]``.
-- DML: ``INSERT``, ``UPDATE``, ``DELETE`` and ``WITH ... INSERT|UPDATE|DELETE``.
-  Every table they write must be registered with the engine (captured), so their
-  row changes reach the outbox like any write and replicas never re-run the SQL
-  (``table_not_captured`` otherwise).
-- Refused with their own codes: ``RENAME`` anywhere in an ``ALTER``
-  (``rename_refused``); a column type change (``type_change_refused``, also
-  detected by comparing the table before and after); ``ATTACH``/``DETACH``
-  (``attach_refused``); ``PRAGMA`` (``pragma_refused``); transaction control
-  (``transaction_control_refused``); DDL and DML in one migration
-  (``mixed_migration``); ``_rindle_*``, ``__*`` and ``sqlite_*`` tables
-  (``reserved_table``); ``DROP ... CASCADE`` (``cascade_refused``); dropping a
+- DML: every table they write must be registered with the engine (captured), so
+  their row changes reach the outbox like any write and replicas never re-run the
+  SQL (``table_not_captured`` otherwise).
+- A column type change detected by comparing the table before and after
+  (``type_change_refused``); DDL and DML in one migration (``mixed_migration``);
+  ``_rindle_*``, ``__*`` and ``sqlite_*`` tables (``reserved_table``); dropping a
   table another table references (``referenced_table``); a created table without
-  a primary key (``no_primary_key``); a new BLOB/BYTEA column (``blob_refused``);
-  ``REPLACE``/``OR REPLACE``/``OR ROLLBACK`` (their implicit deletes are not
-  captured); ``TRUNCATE`` (not captured row by row).
+  a primary key (``no_primary_key``); a new BLOB/BYTEA column (``blob_refused``).
 
 Identity. ``content_checksum`` is the SHA-256 of the statements with comments
 dropped and whitespace collapsed, so it changes only when the SQL does.
@@ -79,6 +60,7 @@ from django.db import DatabaseError
 from . import capture
 from .errors import InvalidInput, RindleError, UnknownTable
 from .identifiers import validate
+from .migration_sql import MigrationRefused, _refuse, classify, tokenize
 from .tables import HIDDEN_PREFIXES, introspect
 from .writer import is_infrastructure_error
 
@@ -95,21 +77,9 @@ JOURNAL_LOCK = 0x72696E646C6A
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _OVERRIDE = re.compile(r"^--\s*OVERRIDE_HASH\s*:\s*(\S*)\s*$")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_OPERATORS = ("->>", "<=", ">=", "<>", "!=", "||", "::", "->", "==", "<<", ">>")
-_TX_CONTROL = {"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "START", "ABORT"}
-_ALTER_COLUMN_OK = {("SET", "DEFAULT"), ("DROP", "DEFAULT"), ("SET", "NOT"), ("DROP", "NOT")}
-_CONSTRAINTS = {"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "CHECK", "EXCLUDE"}
 
 
 # --- errors -------------------------------------------------------------------------
-
-
-class MigrationRefused(InvalidInput):
-    """The migration breaks a journal rule; nothing was written."""
-
-    code = "migration_refused"
 
 
 class MigrationConflict(RindleError):
@@ -136,34 +106,6 @@ class StatementFailed(MigrationRefused):
 
 
 @dataclass(frozen=True)
-class Token:
-    kind: str  # word | ident | string | number | op
-    text: str  # as written
-    value: str  # a word upper-cased, an identifier unquoted, else the text
-    depth: int  # parenthesis depth
-
-
-@dataclass(frozen=True)
-class Step:
-    """One classified statement of a migration."""
-
-    index: int
-    sql: str
-    kind: str  # ddl | dml
-    action: str  # create_table, drop_column, insert, ...
-    tables: tuple = ()  # ((name as written, quoted), ...): the tables it acts on
-    destructive: bool = False
-
-    def report(self):
-        out = {"index": self.index, "sql": self.sql, "action": self.action}
-        if self.tables:
-            out["tables"] = [name for name, _quoted in self.tables]
-        if self.destructive:
-            out["destructive"] = True
-        return out
-
-
-@dataclass(frozen=True)
 class Migration:
     """A parsed, classified migration, ready to apply."""
 
@@ -178,308 +120,6 @@ class Migration:
     @property
     def destructive(self):
         return [s for s in self.steps if s.destructive]
-
-
-def tokenize(sql):
-    """``[(statement text, [Token])]``: ``sql`` cut at top-level semicolons."""
-    statements, tokens = [], []
-    depth, start, end, i, n = 0, None, None, 0, len(sql)
-
-    def close():
-        nonlocal tokens, start
-        if depth != 0:
-            raise MigrationRefused("unbalanced parentheses", code="unsupported_syntax")
-        if tokens:
-            statements.append((sql[start:end].strip(), tokens))
-        tokens, start = [], None
-
-    def add(kind, text, value, at):
-        nonlocal start, end
-        if start is None:
-            start = at
-        end = at + len(text)
-        tokens.append(Token(kind, text, value, depth))
-
-    while i < n:
-        ch = sql[i]
-        if ch.isspace():
-            i += 1
-        elif sql.startswith("--", i):
-            newline = sql.find("\n", i)
-            i = n if newline < 0 else newline + 1
-        elif sql.startswith("/*", i):
-            close_at = sql.find("*/", i + 2)
-            if close_at < 0:
-                raise MigrationRefused("unterminated /* comment", code="unsupported_syntax")
-            i = close_at + 2
-        elif ch == ";":
-            close()
-            i += 1
-        elif ch in "'\"`":
-            j = _quoted_end(sql, i, ch)
-            text = sql[i:j]
-            if ch == "'":
-                prev = tokens[-1] if tokens else None
-                if prev and prev.kind == "word" and prev.value == "E" and end == i:
-                    raise MigrationRefused(
-                        "E'...' strings are not supported", code="unsupported_syntax"
-                    )
-                add("string", text, text, i)
-            else:
-                add("ident", text, text[1:-1].replace(ch * 2, ch), i)
-            i = j
-        elif ch == "$":
-            raise MigrationRefused(
-                "'$' (dollar quoting or a parameter) is not supported", code="unsupported_syntax"
-            )
-        elif ch == "(" or ch == ")":
-            if ch == ")":
-                depth -= 1
-                if depth < 0:
-                    raise MigrationRefused("unbalanced parentheses", code="unsupported_syntax")
-            add("op", ch, ch, i)
-            if ch == "(":
-                depth += 1
-            i += 1
-        else:
-            m = _WORD.match(sql, i)
-            if m:
-                add("word", m.group(), m.group().upper(), i)
-                i = m.end()
-                continue
-            m = _NUMBER.match(sql, i)
-            if m:
-                add("number", m.group(), m.group(), i)
-                i = m.end()
-                continue
-            op = next((o for o in _OPERATORS if sql.startswith(o, i)), ch)
-            add("op", op, op, i)
-            i += len(op)
-    close()
-    return statements
-
-
-def _quoted_end(sql, i, quote):
-    j = i + 1
-    while True:
-        k = sql.find(quote, j)
-        if k < 0:
-            raise MigrationRefused("unterminated quoted text", code="unsupported_syntax")
-        if sql.startswith(quote * 2, k):
-            j = k + 2
-            continue
-        return k + 1
-
-
-def _refuse(index, message, code):
-    return MigrationRefused(f"statement {index + 1}: {message}", code=code, statement=index)
-
-
-class _Reader:
-    """Walks one statement's tokens while classifying it."""
-
-    def __init__(self, index, tokens):
-        self.index, self.tokens, self.pos = index, tokens, 0
-
-    def peek(self, ahead=0):
-        k = self.pos + ahead
-        return self.tokens[k] if k < len(self.tokens) else None
-
-    def word(self, ahead=0):
-        t = self.peek(ahead)
-        return t.value if t is not None and t.kind == "word" else None
-
-    def take(self, *words):
-        """Consume the words ``words`` if they come next; True if they did."""
-        if all(self.word(k) == w for k, w in enumerate(words)):
-            self.pos += len(words)
-            return True
-        return False
-
-    def name(self):
-        """The next token as a table name: ``(name, quoted)``."""
-        t = self.peek()
-        if t is None or t.kind not in ("word", "ident"):
-            raise _refuse(self.index, "expected a table name", "unsupported_statement")
-        self.pos += 1
-        nxt = self.peek()
-        if nxt is not None and nxt.kind == "op" and nxt.text == ".":
-            raise _refuse(
-                self.index, "schema-qualified names are not supported", "unsupported_syntax"
-            )
-        return (t.value, True) if t.kind == "ident" else (t.text, False)
-
-
-def classify(index, text, tokens):
-    """The ``Step`` of one statement; refusals raise ``MigrationRefused``."""
-    r = _Reader(index, tokens)
-    first = r.word()
-    top = {t.value for t in tokens if t.kind == "word" and t.depth == 0}
-
-    def step(kind, action, tables=(), destructive=False):
-        return Step(index, text, kind, action, tuple(tables), destructive)
-
-    def refuse(message, code="unsupported_statement"):
-        return _refuse(index, message, code)
-
-    if first in ("ATTACH", "DETACH"):
-        raise refuse("ATTACH and DETACH are refused", "attach_refused")
-    if first == "PRAGMA":
-        raise refuse("PRAGMA is refused", "pragma_refused")
-    if first in _TX_CONTROL:
-        raise refuse(
-            "transaction control is refused: a migration is one transaction already",
-            "transaction_control_refused",
-        )
-    if first == "ALTER" and "RENAME" in top:
-        raise refuse("RENAME is refused: add the new name and migrate the data", "rename_refused")
-    if first == "CREATE":
-        r.pos = 1
-        if r.word() in ("TEMP", "TEMPORARY"):
-            raise refuse("temporary tables are not migrations")
-        if r.take("TABLE"):
-            r.take("IF", "NOT", "EXISTS")
-            return step("ddl", "create_table", [r.name()])
-        r.take("UNIQUE")
-        if r.take("INDEX"):
-            if r.word() == "CONCURRENTLY":
-                raise refuse("CREATE INDEX CONCURRENTLY cannot run in a transaction")
-            r.take("IF", "NOT", "EXISTS")
-            while r.peek() is not None and not (r.word() == "ON" and r.peek().depth == 0):
-                r.pos += 1
-            if not r.take("ON"):
-                raise refuse("CREATE INDEX without ON <table>")
-            r.take("ONLY")
-            return step("ddl", "create_index", [r.name()])
-        if r.take("VIEW"):
-            return step("ddl", "create_view")
-        raise refuse(f"CREATE {r.word() or ''} is not a supported migration statement".strip())
-    if first == "DROP":
-        r.pos = 1
-        if "CASCADE" in top:
-            raise refuse("DROP ... CASCADE is refused: drop in dependency order", "cascade_refused")
-        if r.take("TABLE"):
-            r.take("IF", "EXISTS")
-            names = [r.name()]
-            while r.peek() is not None and r.peek().text == ",":
-                r.pos += 1
-                names.append(r.name())
-            return step("ddl", "drop_table", names, destructive=True)
-        if r.take("INDEX"):
-            if r.word() == "CONCURRENTLY":
-                raise refuse("DROP INDEX CONCURRENTLY cannot run in a transaction")
-            return step("ddl", "drop_index", destructive=True)
-        if r.take("VIEW"):
-            return step("ddl", "drop_view", destructive=True)
-        raise refuse(f"DROP {r.word() or ''} is not a supported migration statement".strip())
-    if first == "ALTER":
-        r.pos = 1
-        if not r.take("TABLE"):
-            raise refuse(f"ALTER {r.word() or ''} is not a supported migration statement".strip())
-        r.take("IF", "EXISTS")
-        r.take("ONLY")
-        table = r.name()
-        actions, destructive = [], False
-        for action in _split_actions(tokens[r.pos :]):
-            name, is_destructive = _alter_action(index, action)
-            actions.append(name)
-            destructive = destructive or is_destructive
-        if not actions:
-            raise refuse("ALTER TABLE without an action")
-        return step("ddl", "alter_table:" + ",".join(actions), [table], destructive)
-    if first in ("INSERT", "UPDATE", "DELETE", "WITH", "REPLACE"):
-        verb = first
-        if first == "WITH":
-            verb = next(
-                (
-                    t.value
-                    for t in tokens[1:]
-                    if t.kind == "word"
-                    and t.depth == 0
-                    and t.value in ("INSERT", "UPDATE", "DELETE", "SELECT", "VALUES", "REPLACE")
-                ),
-                None,
-            )
-        if verb in ("SELECT", "VALUES", None):
-            raise refuse("a migration statement must write: a query changes nothing")
-        targets = _dml_targets(index, tokens)
-        if not targets:
-            raise refuse("no table written")
-        return step("dml", verb.lower(), targets)
-    if first == "TRUNCATE":
-        raise refuse("TRUNCATE is not captured row by row: use DELETE")
-    if first in ("SELECT", "VALUES", "EXPLAIN"):
-        raise refuse("a migration statement must write: a query changes nothing")
-    raise refuse(f"{first or tokens[0].text!r} is not a supported migration statement")
-
-
-def _split_actions(tokens):
-    actions, current = [], []
-    for t in tokens:
-        if t.kind == "op" and t.text == "," and t.depth == 0:
-            actions.append(current)
-            current = []
-        else:
-            current.append(t)
-    if current:
-        actions.append(current)
-    return actions
-
-
-def _alter_action(index, tokens):
-    """(action name, destructive) of one ALTER TABLE action."""
-    r = _Reader(index, tokens)
-    if r.take("ADD"):
-        if r.word() in _CONSTRAINTS:
-            return "add_constraint", False
-        return "add_column", False
-    if r.take("DROP"):
-        if r.take("CONSTRAINT"):
-            return "drop_constraint", True
-        return "drop_column", True
-    if r.take("ALTER"):
-        r.take("COLUMN")
-        if r.peek() is None:
-            raise _refuse(index, "ALTER COLUMN without a column", "unsupported_statement")
-        r.pos += 1
-        if r.word() == "TYPE" or (r.word() == "SET" and r.word(1) == "DATA"):
-            raise _refuse(index, "a column type change is refused", "type_change_refused")
-        if (r.word(), r.word(1)) in _ALTER_COLUMN_OK:
-            return "alter_column", False
-    first = tokens[0].text if tokens else ""
-    raise _refuse(index, f"ALTER TABLE ... {first} is not supported", "unsupported_statement")
-
-
-def _dml_targets(index, tokens):
-    r = _Reader(index, tokens)
-    targets = []
-    while r.peek() is not None:
-        w = r.word()
-        r.pos += 1
-        if w == "REPLACE" and r.pos == 1:
-            message = "REPLACE deletes without capture: use INSERT ... ON CONFLICT"
-            raise _refuse(index, message, "unsupported_statement")
-        if w in ("INSERT", "UPDATE") and r.word() == "OR":
-            mode = r.word(1)
-            if mode in ("REPLACE", "ROLLBACK"):
-                raise _refuse(
-                    index,
-                    f"OR {mode} is refused: use INSERT ... ON CONFLICT",
-                    "unsupported_statement",
-                )
-            r.pos += 2
-        if w == "INSERT":
-            if r.take("INTO"):
-                targets.append(r.name())
-        elif w == "UPDATE":
-            if r.word() == "SET":  # ON CONFLICT ... DO UPDATE SET
-                continue
-            r.take("ONLY")
-            targets.append(r.name())
-        elif w == "DELETE" and r.take("FROM"):
-            r.take("ONLY")
-            targets.append(r.name())
-    return list(dict.fromkeys(targets))
 
 
 def parse(migration_id, statements, *, checksum=None, override_hash=None):
