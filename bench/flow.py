@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.mutations import RESULTS_DIR, BenchDatabase, CpuMeter, environment  # noqa: E402
+from bench.mutations import RESULTS_DIR, CpuMeter, django_database, environment  # noqa: E402
 
 DAY_MS = 86_400_000
 NOW = 20_000 * DAY_MS + 12 * 3_600_000  # a fixed noon, UTC
@@ -196,22 +196,9 @@ def flush_runs(n, rep):
 
 
 def main(argv=None):
-    import os
-
     args = parse_args(argv)
-    db = BenchDatabase(args.database_url).create()
     started = time.perf_counter()
-    try:
-        os.environ["DATABASE_URL"] = db.url
-        os.environ.pop("RINDLE_TEST_DATABASE_NAME", None)
-        os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-        os.environ["DJANGO_DEBUG"] = "0"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    with django_database(args.database_url) as db:
         env = environment(db.backend)
         meter = CpuMeter()
 
@@ -295,11 +282,6 @@ def main(argv=None):
         }
         out.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"results: {out}")
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        db.drop()
 
 
 if __name__ == "__main__":

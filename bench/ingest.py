@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.mutations import RESULTS_DIR, BenchDatabase, CpuMeter, environment  # noqa: E402
+from bench.mutations import RESULTS_DIR, CpuMeter, django_database, environment  # noqa: E402
 
 TABLE = "bench_ingest"
 PAYLOAD = "p" * 64
@@ -199,22 +199,9 @@ class Bench:
 
 
 def main(argv=None):
-    import os
-
     args = parse_args(argv)
-    db = BenchDatabase(args.database_url).create()
     started = time.perf_counter()
-    try:
-        os.environ["DATABASE_URL"] = db.url
-        os.environ.pop("RINDLE_TEST_DATABASE_NAME", None)
-        os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-        os.environ["DJANGO_DEBUG"] = "0"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    with django_database(args.database_url) as db:
         bench = Bench(args, db)
         env = environment(db.backend)
         keys = list(WORKLOADS)
@@ -289,18 +276,6 @@ def main(argv=None):
         )
         print(f"results written to {out.relative_to(ROOT)}")
         return 0
-    finally:
-        if "django" in sys.modules:
-            try:
-                from django.db import connections
-
-                from rindle_app.engine import shutdown
-
-                shutdown()
-                connections.close_all()
-            except Exception:
-                pass
-        db.drop()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -218,6 +219,40 @@ class BenchDatabase:
                     conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
                 except psycopg.Error:  # before PostgreSQL 13
                     conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}"')
+
+
+@contextmanager
+def django_database(database_url, debug=False):
+    """
+    A fresh ``BenchDatabase`` with Django set up and migrated on it, for a benchmark
+    that runs in this process; the engine is shut down and the database dropped on exit.
+    """
+    db = BenchDatabase(database_url).create()
+    try:
+        os.environ["DATABASE_URL"] = db.url
+        os.environ.pop("RINDLE_TEST_DATABASE_NAME", None)
+        os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
+        os.environ["DJANGO_DEBUG"] = "1" if debug else "0"
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        yield db
+    finally:
+        if "django" in sys.modules:
+            try:
+                from django.db import connections
+
+                from rindle_app.engine import shutdown
+
+                shutdown()
+                connections.close_all()
+            except Exception:
+                pass
+        db.drop()
 
 
 # --- the benchmark -----------------------------------------------------------------------
