@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -72,24 +73,26 @@ def _wait_until_up(url, proc, log_path, timeout=60):
     pytest.fail(f"the server did not answer in {timeout}s:\n{log_path.read_text()[-3000:]}")
 
 
-@pytest.fixture
-def demo_server(transactional_db):
-    """The demo, seeded with ``ISSUES`` issues, served by Daphne in a subprocess."""
-    with running() as engine:
-        engine.write(lambda tx: [tx.insert_ignore(t, row) for t, row in seed_rows(ISSUES, 1)])
+@contextmanager
+def live_server(log_name, ready_path, **env):
+    """
+    ``manage.py runserver`` (Daphne) on a free loopback port over this test run's
+    database, DEBUG on, extra environment ``env``; yields its base URL once
+    ``ready_path`` answers 200, and stops it on exit. Its log goes to artifacts.
+    """
     ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / "server.log"
+    log_path = ARTIFACTS / log_name
     base = f"http://127.0.0.1:{_free_port()}"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "runserver", "--noreload", base.split("//")[1]],
             cwd=ROOT,
-            env=child_env(DJANGO_DEBUG="1"),
+            env=child_env(DJANGO_DEBUG="1", **env),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
-            _wait_until_up(base + "/signin/", proc, log_path)
+            _wait_until_up(base + ready_path, proc, log_path)
             yield base
         finally:
             proc.terminate()
@@ -98,6 +101,15 @@ def demo_server(transactional_db):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture
+def demo_server(transactional_db):
+    """The demo, seeded with ``ISSUES`` issues, served by Daphne in a subprocess."""
+    with running() as engine:
+        engine.write(lambda tx: [tx.insert_ignore(t, row) for t, row in seed_rows(ISSUES, 1)])
+    with live_server("server.log", "/signin/") as base:
+        yield base
 
 
 class Browser:

@@ -6,8 +6,6 @@ then forgets a namespace through the confirmation step. Screenshots go to
 ``tests/browser/artifacts/flow-*.png``.
 """
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,14 +15,7 @@ from rindle_app.admin import humanize_bytes
 from rindle_app.flow import DAY_MS, Refusal, Transfer
 from rindle_app.models import FlowDayRecord, FlowTombstone
 from tests.browser.chromium import CHROMIUM, CHROMIUM_ARGS
-from tests.browser.test_demo_live import (
-    ARTIFACTS,
-    ROOT,
-    _free_port,
-    _sync_playwright,
-    _wait_until_up,
-)
-from tests.conftest import child_env
+from tests.browser.test_demo_live import ARTIFACTS, _sync_playwright, live_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -63,27 +54,8 @@ def flow_server(transactional_db, django_user_model, monkeypatch):
     ledger.flush(now)
     django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / "flow-server.log"
-    base = f"http://127.0.0.1:{_free_port()}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", "--noreload", base.split("//")[1]],
-            cwd=ROOT,
-            env=child_env(DJANGO_DEBUG="1"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_until_up(base + "/admin/login/", proc, log_path)
-            yield base, ledger, now
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with live_server("flow-server.log", "/admin/login/") as base:
+        yield base, ledger, now
 
 
 def test_the_fleet_and_a_namespace_in_a_browser(flow_server):

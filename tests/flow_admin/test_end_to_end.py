@@ -6,8 +6,6 @@ namespace pages in a real browser (screenshots in tests/browser/artifacts/).
 """
 
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -16,14 +14,7 @@ from django.contrib.auth import get_user_model
 
 from rindle_app import flow, tokens
 from tests.browser.chromium import CHROMIUM, CHROMIUM_ARGS
-from tests.browser.test_demo_live import (
-    ARTIFACTS,
-    ROOT,
-    _free_port,
-    _sync_playwright,
-    _wait_until_up,
-)
-from tests.conftest import child_env
+from tests.browser.test_demo_live import ARTIFACTS, _sync_playwright, live_server
 
 from .test_browser import PASSWORD
 
@@ -34,27 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def live_flow_server(transactional_db, django_user_model):
     """Daphne (``runserver``) on this test's database, flushing its ledger every 0.5 s."""
     django_user_model.objects.create_superuser("operator", "op@example.com", PASSWORD)
-    ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / "flow-e2e-server.log"
-    base = f"http://127.0.0.1:{_free_port()}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", "--noreload", base.split("//")[1]],
-            cwd=ROOT,
-            env=child_env(DJANGO_DEBUG="1", RINDLE_FLOW_FLUSH_SECONDS="0.5"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_until_up(base + "/signin/", proc, log_path)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with live_server("flow-e2e-server.log", "/signin/", RINDLE_FLOW_FLUSH_SECONDS="0.5") as base:
+        yield base
 
 
 def off_loop(fn, *args):
