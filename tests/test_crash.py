@@ -36,16 +36,24 @@ START_TIMEOUT = 60
 FINISH_TIMEOUT = 120
 
 
-class Child:
-    """One run of crash_child.py; its stdout lines are collected by a thread."""
+def child_args(table, rng):
+    return [table, CLIENTS, MIDS, RACERS, rng.randrange(2**32)]
 
-    def __init__(self, table, seed, stderr_path):
+
+class Child:
+    """
+    One run of a crash child (``script``, default crash_child.py, with ``args``) on
+    this test run's database; its stdout lines are collected by a thread, and a
+    ``STARTED`` line marks it ready.
+    """
+
+    def __init__(self, args, stderr_path, script=CHILD):
         self.stderr_path = stderr_path
         self.lines = []
         self.started = threading.Event()
         self._stderr = open(stderr_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), table, str(CLIENTS), str(MIDS), str(RACERS), str(seed)],
+            [sys.executable, str(script), *map(str, args)],
             cwd=ROOT,
             env=child_env(),
             stdout=subprocess.PIPE,
@@ -192,7 +200,7 @@ def test_sigkill_at_random_moments_never_splits_an_lmid_from_its_effects(tmp_pat
     try:
         for round_no in range(1, KILL_ROUNDS + 1):
             context = f"seed {seed}, round {round_no}"
-            child = Child(table, rng.randrange(2**32), tmp_path / f"child-{round_no}.err")
+            child = Child(child_args(table, rng), tmp_path / f"child-{round_no}.err")
             child.wait_started()
             delay = rng.uniform(0.05, 1.0)
             time.sleep(delay)
@@ -208,7 +216,7 @@ def test_sigkill_at_random_moments_never_splits_an_lmid_from_its_effects(tmp_pat
             previous = lmids
 
         context = f"seed {seed}, final run"
-        child = Child(table, rng.randrange(2**32), tmp_path / "child-final.err")
+        child = Child(child_args(table, rng), tmp_path / "child-final.err")
         child.wait_started()
         child.wait(FINISH_TIMEOUT)
         assert not child.anomalies, f"{context}: {child.anomalies[:10]}\n{child.stderr()}"

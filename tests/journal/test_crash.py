@@ -17,9 +17,6 @@ RINDLE_CRASH_SEED to replay a run.
 
 import os
 import random
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -30,16 +27,13 @@ from django.db import connection
 
 from rindle_app.models import ChangeEvent
 
-from ..conftest import child_env
-from ..test_crash import wait_for_dead_sessions
+from ..test_crash import Child, wait_for_dead_sessions
 from .conftest import journal_rows, tables
 
 CHILD = Path(__file__).resolve().parent / "crash_child.py"
-ROOT = CHILD.parents[2]
 FILES = 60  # after the two set-up files; odd: DDL, even: DML
 ROWS = 4  # rows each DML migration inserts
 KILL_ROUNDS = 5
-START_TIMEOUT = 60
 FINISH_TIMEOUT = 120
 
 
@@ -81,57 +75,6 @@ def build(folder, p):
                 ],
             )
     return kinds
-
-
-class Child:
-    def __init__(self, folder, seed, stderr_path):
-        self.lines, self.started = [], threading.Event()
-        self.stderr_path = stderr_path
-        self._stderr = open(stderr_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(folder), str(seed)],
-            cwd=ROOT,
-            env=child_env(),
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if line.startswith("STARTED"):
-                self.started.set()
-        self.started.set()
-
-    def wait_started(self):
-        if not self.started.wait(START_TIMEOUT) or "STARTED" not in self.lines:
-            self.kill()
-            pytest.fail(f"the child did not start:\n{self.stderr()}")
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._finish()
-
-    def wait(self, timeout):
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"the child did not finish in {timeout} s:\n{self.stderr()}")
-        self._finish()
-
-    def _finish(self):
-        self._reader.join(10)
-        self.proc.stdout.close()
-        self._stderr.close()
-
-    def stderr(self):
-        return Path(self.stderr_path).read_text()[-4000:]
 
 
 def columns(table):
@@ -197,7 +140,7 @@ def test_sigkill_between_steps_leaves_no_half_migration_and_no_double(scratch, t
     try:
         for round_no in range(1, KILL_ROUNDS + 1):
             context = f"seed {seed}, round {round_no}"
-            child = Child(folder, rng.randrange(2**32), tmp_path / f"child-{round_no}.err")
+            child = Child([folder, rng.randrange(2**32)], tmp_path / f"child-{round_no}.err", CHILD)
             child.wait_started()
             delay = rng.uniform(0.02, 0.8)
             time.sleep(delay)
@@ -210,7 +153,7 @@ def test_sigkill_between_steps_leaves_no_half_migration_and_no_double(scratch, t
             previous = done
             print(f"round {round_no}: killed at {delay:.2f}s with {done} journaled")
         context = f"seed {seed}, final run"
-        child = Child(folder, rng.randrange(2**32), tmp_path / "child-final.err")
+        child = Child([folder, rng.randrange(2**32)], tmp_path / "child-final.err", CHILD)
         child.wait_started()
         child.wait(FINISH_TIMEOUT)
         assert child.proc.returncode == 0 and "DONE" in child.lines, (
