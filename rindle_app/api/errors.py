@@ -37,7 +37,9 @@ def exception_handler(exc, context):
         headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
         return error_response(exc.status, exc.code, exc.message, headers, retryable=True)
     if isinstance(exc, RindleError):
-        details = {k: v for k, v in exc.details.items() if k not in ("code", "message")}
+        details = {
+            k: v for k, v in exc.details.items() if k not in ("code", "message") and v is not None
+        }
         return error_response(exc.status, exc.code, exc.message, retryable=exc.retryable, **details)
     if isinstance(exc, QueryError):
         # The named query's own definition is wrong: a server bug, not the caller's.

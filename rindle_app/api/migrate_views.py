@@ -7,7 +7,6 @@ from rest_framework.response import Response
 
 from ..engine import RindleError, Unavailable, get_engine, journal
 from ..models import RindleToken
-from .errors import error_response
 from .serializers import ErrorResponse
 from .views import RindleView
 
@@ -110,13 +109,6 @@ class MigrateBatchResponse(serializers.Serializer):
     failedId = serializers.CharField(required=False)
 
 
-def _error(exc, **extra):
-    details = {k: v for k, v in exc.details.items() if v is not None}
-    return error_response(
-        exc.status, exc.code, exc.message, retryable=exc.retryable, **details, **extra
-    )
-
-
 class MigrateView(RindleView):
     """
     ``POST /v1/sql/migrate``: apply journaled migrations, each once.
@@ -156,20 +148,14 @@ class MigrateView(RindleView):
     def post(self, request):
         data = self.validated(MigrateRequest)
         if "migrations" not in data:
-            try:
-                migration = _parse(data)
-                outcome = journal.apply(get_engine(), migration)
-            except Unavailable:
-                raise
-            except RindleError as exc:
-                return _error(exc)
-            return Response(outcome.as_dict())
+            return Response(journal.apply(get_engine(), _parse(data)).as_dict())
         migrations = []
         for item in data["migrations"]:
             try:
                 migrations.append(_parse(item))
             except RindleError as exc:
-                return _error(exc, failedId=item["id"])
+                exc.details["failedId"] = item["id"]
+                raise
         engine = get_engine()
         results, body = [], {}
         for migration in migrations:
