@@ -420,6 +420,26 @@ _FLEET = {"label": 200, "plot": 640, "total": 110, "row": 42, "bar": 32, "top": 
 _DETAIL = {"left": 80, "plot": 800, "right": 20, "height": 220, "top": 16, "foot": 48}
 
 
+def _day_bars(series, days, left, slot, bar_w, base, scale, namespace=None):
+    """One bar per day of ``days`` that moved bytes; ``scale``: pixels per byte."""
+    bars = []
+    for i, d in enumerate(days):
+        b_in, b_out = series.get(d, (0, 0))
+        if not b_in + b_out:
+            continue
+        day = day_date(d).isoformat()
+        title = (
+            f"{namespace + ' · ' if namespace else ''}{day}: {humanize_bytes(b_in + b_out)} "
+            f"(in {humanize_bytes(b_in)}, out {humanize_bytes(b_out)})"
+        )
+        x = left + slot * i + (slot - bar_w) / 2
+        bar = _bar(x, bar_w, base, scale * (b_in + b_out), b_in, b_out, title)
+        bar["day"] = day
+        bar["bytes"] = b_in + b_out
+        bars.append(bar)
+    return bars
+
+
 def _bar(x, width, base, height, bytes_in, bytes_out, title):
     """One stacked bar (bytes in below, bytes out above); a day that moved bytes
     is at least two units tall, so activity never rounds away."""
@@ -468,20 +488,7 @@ def fleet_chart(days, rows):
     for n, (namespace, series, url) in enumerate(rows):
         y0 = g["top"] + g["row"] * n
         base = y0 + g["row"] - 4
-        bars = []
-        for i, d in enumerate(days):
-            b_in, b_out = series.get(d, (0, 0))
-            if not b_in + b_out:
-                continue
-            title = (
-                f"{namespace} · {day_date(d).isoformat()}: {humanize_bytes(b_in + b_out)} "
-                f"(in {humanize_bytes(b_in)}, out {humanize_bytes(b_out)})"
-            )
-            x = g["label"] + slot * i + (slot - bar_w) / 2
-            bar = _bar(x, bar_w, base, g["bar"] * (b_in + b_out) / top, b_in, b_out, title)
-            bar["day"] = day_date(d).isoformat()
-            bar["bytes"] = b_in + b_out
-            bars.append(bar)
+        bars = _day_bars(series, days, g["label"], slot, bar_w, base, g["bar"] / top, namespace)
         total = sum(i + o for i, o in series.values())
         chart_rows.append(
             {
@@ -529,20 +536,7 @@ def namespace_chart(namespace, days, series):
         {"y": f"{base - g['height'] * value / top:.2f}", "text": humanize_bytes(value)}
         for value in range(0, top + 1, step)
     ]
-    bars = []
-    for i, d in enumerate(days):
-        b_in, b_out = series.get(d, (0, 0))
-        if not b_in + b_out:
-            continue
-        title = (
-            f"{day_date(d).isoformat()}: {humanize_bytes(b_in + b_out)} "
-            f"(in {humanize_bytes(b_in)}, out {humanize_bytes(b_out)})"
-        )
-        x = g["left"] + slot * i + (slot - bar_w) / 2
-        bar = _bar(x, bar_w, base, g["height"] * (b_in + b_out) / top, b_in, b_out, title)
-        bar["day"] = day_date(d).isoformat()
-        bar["bytes"] = b_in + b_out
-        bars.append(bar)
+    bars = _day_bars(series, days, g["left"], slot, bar_w, base, g["height"] / top)
     labelled = _day_labels(days)
     return {
         "namespace": namespace,
