@@ -4,8 +4,8 @@ The websocket consumer at ``/ws/rindle/``: the rindle wire protocol (DESIGN §5)
 Client frames: ``init``, ``subscribe`` (by name and args, or by lease token),
 ``unsubscribe``, ``pushMutation``. Every frame is checked for size, rate, JSON and
 shape; a bad one is answered with ``error`` (or ``queryError`` for one query) and
-changes nothing; the connection stays open. Server frames come from the hub
-(``rindle.frames`` messages on this consumer's channel), in order.
+changes nothing; the connection stays open. Server frames come straight from the
+hub, in order (``RindleConsumer._deliver``).
 
 Usage (``rindle_app.flow``): a socket counts under the namespace
 ``RindleAdapter.namespace`` names for its user or token, with the connection as
@@ -20,6 +20,7 @@ would leave the client's views torn; the socket's next subscribe is refused).
 """
 
 import asyncio
+import collections
 import json
 import logging
 import time
@@ -79,14 +80,14 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 return
             self.user, self.token = found
         self.hub, self.meter = await sync_to_async(self._start, thread_sensitive=False)()
-        self._outbox = asyncio.Queue()
+        self._backlog = None  # batches queued behind a write that waits for the socket
+        self._broken = False  # a write failed: the socket is going away
         self.conn = await sync_to_async(self.hub.connect, thread_sensitive=False)(
-            self.channel_name, asyncio.get_running_loop(), self._outbox.put_nowait, self.user
+            self.channel_name, asyncio.get_running_loop(), self._deliver, self.user
         )
         self._tokens = float(rindle_settings.WS_BURST)
         self._refill = time.monotonic()
         await self.accept()
-        self._sender = asyncio.ensure_future(self._send_frames())
         self._recheck = asyncio.ensure_future(self._recheck_credentials())
 
     def _start(self):
@@ -150,23 +151,54 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     # --- from the hub ------------------------------------------------------------------
 
-    async def _send_frames(self):
-        """Write the hub's batches to the socket, in order; each is one transfer out."""
-        conn = self.conn
-        meter = self.meter
-        while True:
-            frames = await self._outbox.get()
-            sent = 0
-            try:
-                for frame in frames:
-                    await self.send(text_data=frame)
-                    sent += len(frame) if frame.isascii() else len(frame.encode())
-            except Exception:  # the socket closed under us; disconnect() cleans up
-                return
-            finally:
-                conn.sent += 1
-                if sent:
-                    meter.transfer(bytes_out=sent)
+    def _deliver(self, frames):
+        """
+        Write one hub batch to the socket, now, on this socket's event loop.
+
+        The hub hands a loop all of its sockets' batches in one callback, which calls
+        this for each socket in turn: no task wakes per socket and commit. A write
+        that completes without waiting (Daphne's never waits: it buffers) is done
+        here; one that waits for the socket (another server's back-pressure) goes on
+        in a task of its own, and this socket's later batches queue behind it, so
+        one slow socket holds up no other and its frames stay in order.
+        """
+        if self._backlog is not None:
+            self._backlog.append(frames)
+            return
+        writing = self._write(frames)
+        try:
+            waiting = writing.send(None)
+        except StopIteration:
+            return
+        self._backlog = collections.deque()
+        self._sender = asyncio.ensure_future(self._write_on(writing, waiting))
+
+    async def _write(self, frames):
+        """Each frame to the socket in order; the batch is one transfer out."""
+        if self._broken:
+            return
+        send = self.base_send
+        sent = 0
+        try:
+            for frame in frames:
+                await send({"type": "websocket.send", "text": frame})
+                sent += len(frame) if frame.isascii() else len(frame.encode())
+        except Exception:  # the socket closed under us; disconnect() cleans up
+            self._broken = True
+        finally:
+            self.conn.sent += 1
+            if sent:
+                self.meter.transfer(bytes_out=sent)
+
+    async def _write_on(self, writing, waiting):
+        """Finish a write that waited (``waiting`` is what it awaits), then the backlog."""
+        try:
+            await _resume(writing, waiting)
+            while self._backlog:
+                await self._write(self._backlog.popleft())
+        finally:
+            writing.close()
+            self._backlog = None
 
     # --- from the client ---------------------------------------------------------------
 
@@ -403,6 +435,23 @@ class RindleConsumer(AsyncWebsocketConsumer):
     def _refuse(self, code, status=None):
         self._refused = True
         self.meter.refuse(quota.refusal_for(code, status))
+
+
+async def _resume(coroutine, waiting):
+    """
+    Drive ``coroutine`` on from a suspension outside any task, as a task would:
+    ``waiting`` is what it yielded (a future it awaits, or None for a bare yield).
+    """
+    while True:
+        if waiting is None:
+            await asyncio.sleep(0)
+        else:
+            waiting._asyncio_future_blocking = False
+            await asyncio.wait((waiting,))
+        try:
+            waiting = coroutine.send(None)
+        except StopIteration:
+            return
 
 
 def _bearer(scope):

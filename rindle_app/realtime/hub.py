@@ -67,7 +67,7 @@ class Conn:
     client_id: str = None
     subs: dict = field(default_factory=dict)  # queryId -> Sub
     epochs: dict = field(default_factory=dict)  # queryId -> last epoch
-    push: object = None  # push(frames), called on ``loop``: the consumer's queue
+    push: object = None  # push(frames), called on ``loop``: the consumer writes them
     handed: int = 0  # batches handed to the connection (written by the hub only)
     sent: int = 0  # batches its sender wrote to the socket (written by the consumer only)
     hold: int = 0  # >0 while the connection's own mutation is in flight

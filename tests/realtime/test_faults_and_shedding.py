@@ -51,14 +51,17 @@ async def test_a_query_that_raises_faults_only_itself(live, monkeypatch):
 async def test_a_slow_connection_is_shed_and_others_keep_up(live, settings, monkeypatch):
     settings.RINDLE = {**settings.RINDLE, "WS_MAX_QUEUED_MESSAGES": 3, "WS_SHED_RETRY_MS": 50}
     slow_channels = set()
-    real = RindleConsumer.send
+    real = RindleConsumer.__call__
 
-    async def send(self, *args, **kwargs):
-        if self.channel_name in slow_channels:
-            await asyncio.sleep(0.2)  # a socket that takes its time
-        await real(self, *args, **kwargs)
+    async def call(self, scope, receive, send):
+        async def server_send(message):  # the server's send, waiting for a slow socket
+            if self.channel_name in slow_channels and message["type"] == "websocket.send":
+                await asyncio.sleep(0.2)
+            await send(message)
 
-    monkeypatch.setattr(RindleConsumer, "send", send)
+        return await real(self, scope, receive, server_send)
+
+    monkeypatch.setattr(RindleConsumer, "__call__", call)
     slow, fast = Client(), Client()
     assert await slow.connect() and await fast.connect()
     await sub(slow, 1, "users")
