@@ -11,6 +11,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from rindle_app.realtime.tuning import tune_gc  # noqa: E402
 from rindle_app.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -21,3 +22,6 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# Many sockets per process: keep full collections off the fan-out (rindle_app/realtime/tuning.py).
+tune_gc()
