@@ -182,6 +182,13 @@ def parse_args(argv=None):
         "bench/results/profile-ws-daphne.pstats and prints the top functions",
     )
     p.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="Daphne processes sharing the port (SO_REUSEPORT; 1). Above 1 the group_send "
+        "variant is skipped: the in-memory channel layer does not cross processes",
+    )
+    p.add_argument(
         "--database-url",
         default=None,
         help="postgres://user@host:port/db: run on a fresh database rindle_bench_ws_<pid> "
@@ -197,6 +204,8 @@ def parse_args(argv=None):
         p.error("--sizes and --slow-sizes take comma-separated integers")
     if not args.size_list or min(args.size_list) < 1:
         p.error("--sizes needs positive integers")
+    if args.servers < 1 or (args.servers > 1 and args.profile_server):
+        p.error("--servers needs a positive count, and --profile-server one server")
     if args.seconds is None:
         args.seconds = 2.0 if args.quick else 5.0
     if args.rerun_queries is None:
@@ -330,45 +339,80 @@ def machine_busy():
 
 
 class Server:
-    """Daphne serving ``bench.ws:application`` (the project's app plus the group route)."""
+    """
+    Daphne serving ``bench.ws:application`` (the project's app plus the group route).
+    With ``servers`` > 1, that many Daphne processes, each on its own listening socket
+    of the same port (``SO_REUSEPORT``, handed over with ``--fd``): the kernel spreads
+    the connections over them, as a deployment with one process per core would.
+    """
 
-    def __init__(self, env, tmpdir, profile=None):
-        self.port = free_port()
+    def __init__(self, env, tmpdir, profile=None, servers=1):
         self.log_path = Path(tmpdir) / "daphne.log"
         self.log = open(self.log_path, "w")
         daphne = str(ROOT / ".venv" / "bin" / "daphne")
         # cProfile sees the event loop thread only (Daphne, Channels, the consumers),
         # not the hub thread.
         prefix = [sys.executable, "-m", "cProfile", "-o", str(profile)] if profile else []
-        cmd = [
-            *prefix,
-            daphne,
-            "-b",
-            HOST,
-            "-p",
-            str(self.port),
-            "--access-log",
-            os.devnull,
-            "bench.ws:application",
-        ]
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-        self.pid = self.proc.pid
+        tail = ["--access-log", os.devnull, "bench.ws:application"]
+        self.procs = []
+        if servers == 1:
+            self.port = free_port()
+            cmd = [*prefix, daphne, "-b", HOST, "-p", str(self.port), *tail]
+            self.procs.append(
+                subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            )
+        else:
+            self.port = 0
+            for _ in range(servers):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                sock.bind((HOST, self.port))
+                self.port = sock.getsockname()[1]
+                sock.listen(1024)
+                fd = sock.fileno()
+                cmd = [daphne, "--fd", str(fd), *tail]
+                self.procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        cwd=ROOT,
+                        env=env,
+                        stdout=self.log,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=(fd,),
+                    )
+                )
+                sock.close()  # the child holds it now
+        self.proc = self.procs[0]
+        self.pids = [proc.pid for proc in self.procs]
+        self.pid = self.pids[0]
+
+    def cpu(self):
+        """CPU seconds of every server process."""
+        values = [proc_cpu(pid) for pid in self.pids]
+        return None if None in values else sum(values)
+
+    def rss_kib(self):
+        values = [proc_rss_kib(pid) for pid in self.pids]
+        return None if None in values else sum(values)
 
     def wait_ready(self, timeout=60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"daphne exited with {self.proc.returncode}:\n{self.tail()}")
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise BenchError(f"daphne exited with {proc.returncode}:\n{self.tail()}")
+            self.log.flush()
+            listening = self.log_path.read_text(errors="replace").count("Listening on")
             try:
                 conn = http.client.HTTPConnection(HOST, self.port, timeout=2)
                 conn.request("GET", "/")
                 conn.getresponse().read()
                 conn.close()
-                return
+                if listening >= len(self.procs):
+                    return
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         raise BenchError(f"daphne did not answer in {timeout} s:\n{self.tail()}")
 
     def tail(self, chars=4000):
@@ -389,13 +433,15 @@ class Server:
         }
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
             try:
-                self.proc.wait(10)
+                proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                proc.kill()
+                proc.wait()
         self.log.close()
 
 
@@ -722,18 +768,18 @@ class Bench:
         else:
             action = self.writer.commit
         time.sleep(0.3)  # let the subscribe traffic settle
-        rss_before = proc_rss_kib(self.server.pid)
-        cpu0 = (proc_cpu(self.server.pid), opened["cpu"], os.times(), machine_busy())
+        rss_before = self.server.rss_kib()
+        cpu0 = (self.server.cpu(), opened["cpu"], os.times(), machine_busy())
         started = time.monotonic()
         commits = steady(rate, self.commits_for(n), action)
         commit_span = time.monotonic() - started
-        rss_end = proc_rss_kib(self.server.pid)
+        rss_end = self.server.rss_kib()
         last_cv = commits[-1][0]
         waited = self.clients.call("wait", cv=last_cv, stall=STALL_S, timeout=WAIT_MAX_S)
-        cpu1 = (proc_cpu(self.server.pid), waited["cpu"], os.times(), machine_busy())
+        cpu1 = (self.server.cpu(), waited["cpu"], os.times(), machine_busy())
         path = str(self.tmpdir / f"phase-{self.phase_no}.json")
         self.clients.call("collect", path=path, drain=3.0, cv=last_cv)
-        rss_drained = proc_rss_kib(self.server.pid)
+        rss_drained = self.server.rss_kib()
         data = json.loads(Path(path).read_text())
         expected = None
         if kind == "rindle":
@@ -811,12 +857,16 @@ class Bench:
             self.fail(f"{variant} N={n}: {len(conns)} connections reported, expected {n}")
         samples, missing, received = [], 0, 0
         lasts = []
+        per_commit = {}  # cv -> latencies of the connections that got it
         gaps = errors = shed = sheds = 0
         for c in conns:
             # everything after the first seq 0, which came before the phase
             receipts = [r for r in c["receipts"] if r[0] > 1 or r[1] > 0]
             lat, miss = latencies(commits, receipts)
             samples.extend(lat)
+            if not miss:
+                for (cv, _t), value in zip(commits, lat):
+                    per_commit.setdefault(cv, []).append(value)
             missing += miss
             received += len(receipts)
             if receipts:
@@ -834,6 +884,10 @@ class Bench:
             "n": n,
             "commits": len(commits),
             "latency_s": distribution(samples),
+            # diagnostic: each commit's fastest, median and slowest receipt (s)
+            "per_commit_s": [
+                [cv, min(v), sorted(v)[len(v) // 2], max(v)] for cv, v in sorted(per_commit.items())
+            ],
             "missing": missing,
             "nbatch_received": received,
             "nbatch_per_s": received / span if span else None,
@@ -1159,13 +1213,13 @@ def main(argv=None):
         if profile:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
             profile.unlink(missing_ok=True)
-        server = Server(child_env, tmpdir, profile)
+        server = Server(child_env, tmpdir, profile, args.servers)
         server.wait_ready()
         clients = Clients(child_env)
         bench = Bench(args, db, tmpdir, server, clients, query, schema)
         where = "a temporary file" if db.backend == "sqlite" else f"database {db.name}"
         print(
-            f"{db.label} ({where}): seeded {args.issues} issues; daphne pid {server.pid} "
+            f"{db.label} ({where}): seeded {args.issues} issues; daphne pids {server.pids} "
             f"on port {server.port}; clients pid {clients.pid}",
             flush=True,
         )
@@ -1173,6 +1227,8 @@ def main(argv=None):
         results, reruns = [], []
         for i, n in enumerate(args.size_list):
             variants = [v for v in VARIANTS if v != "slow" or n in args.slow_list]
+            if args.servers > 1:
+                variants.remove("group_send")
             for rep in range(args.repeats):
                 k = (i + rep) % len(variants)
                 for variant in variants[k:] + variants[:k]:
