@@ -7,10 +7,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from rindle_app.realtime.auth import AuthMiddlewareStack  # noqa: E402
 from rindle_app.realtime.tuning import tune_gc  # noqa: E402
 from rindle_app.routing import websocket_urlpatterns  # noqa: E402
 
