@@ -58,6 +58,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections import Counter, defaultdict
@@ -608,6 +609,75 @@ class FamilyWorkload:
         live.stop()  # no handoff read in the other variants' commits
         return out, counts, changed, live
 
+    def run_ivm_hub(self, script):
+        """
+        IVM as the server runs it: this thread commits the script through
+        ``engine.write`` back to back, and a hub thread, woken by each commit, runs
+        ``LiveQueries.poll()`` and the fan-out, as ``realtime.hub.Hub`` does. A poll
+        applies every commit since the last one as one step, so under load the hub
+        coalesces. Returns (seconds from the first write to the last commit's delta
+        ready, per commit commit->ready latency, counters (polls that applied
+        commits among them), live).
+        """
+        live, _keys = self.start_live()
+        catalog, engine = live.catalog, self.engine
+        wake, stop = threading.Event(), threading.Event()
+        ready = []  # (version, perf()) after each poll's fan-out
+        counts = Counter()
+        failure = []
+
+        def hub():
+            try:
+                while True:
+                    wake.wait()
+                    wake.clear()
+                    version, outputs, faults = live.poll()
+                    for key, key_ops in outputs.items():
+                        message = dumps(key_ops)
+                        n = len(catalog.queries[key].subscribers)
+                        counts["messages"] += n
+                        counts["bytes"] += n * len(message)
+                    if not ready or version > ready[-1][0]:
+                        counts["polls"] += 1  # a poll that applied commits
+                        ready.append((version, perf()))
+                    if faults:
+                        raise GateFailure(f"{self.key}: queries faulted: {faults}")
+                    if stop.is_set() and live.version >= last[0]:
+                        return
+            except BaseException as exc:  # reported by the committing thread
+                failure.append(exc)
+
+        def woken(_cv):
+            wake.set()
+
+        last = [None]
+        engine.add_commit_listener(woken)
+        thread = threading.Thread(target=hub, name="bench-hub", daemon=True)
+        commits = []
+        gc.collect()
+        thread.start()
+        t_start = perf()
+        for ops in script:
+            cv = engine.write(lambda tx, ops=ops: apply_ops(ops, tx)).cv
+            commits.append((cv, perf()))
+        last[0] = commits[-1][0]
+        stop.set()
+        wake.set()
+        thread.join(60)
+        engine.remove_commit_listener(woken)
+        live.stop()
+        if failure:
+            raise failure[0]
+        if thread.is_alive() or live.version < last[0]:
+            raise GateFailure(f"{self.key}: the hub thread did not catch up")
+        elapsed = ready[-1][1] - t_start
+        latencies, j = [], 0
+        for cv, t in commits:
+            while ready[j][0] < cv:
+                j += 1
+            latencies.append(ready[j][1] - t)
+        return elapsed, latencies, counts, live
+
     def run_requery(self, script, per, cap):
         """
         B1 (per="subscriber") / B2 (per="binding"): after each commit re-run the SQL of
@@ -743,14 +813,20 @@ class FamilyWorkload:
         log(f"{key}: checked pass done (untimed; per-commit SQL checks, gate)")
 
         # 2. Timed repeats of L and IVM, rotated.
-        samples = {"limit": [], "ivm": [], "ivm10": []}
-        detail = {"limit": [], "ivm": [], "ivm10": []}
+        samples = {"limit": [], "ivm": [], "ivm10": [], "hub": []}
+        detail = {"limit": [], "ivm": [], "ivm10": [], "hub": []}
         ivm_counts = []
-        variants = ["limit", "ivm", "ivm10"]
+        variants = ["limit", "ivm", "ivm10", "hub"]
         for rep in range(repeats):
-            order = variants[rep % 3 :] + variants[: rep % 3]
+            order = variants[rep % 4 :] + variants[: rep % 4]
             for variant in order:
-                if variant == "limit":
+                if variant == "hub":
+                    elapsed, latencies, counts, live = self.run_ivm_hub(script)
+                    self.gate(live, self.live_keys, f"repeat {rep + 1}, hub thread", literal=0)
+                    del live
+                    detail["hub"].append({"latencies": latencies, "polls": counts["polls"]})
+                    samples["hub"].append(rate(n, elapsed))
+                elif variant == "limit":
                     times = self.run_limit(script)
                     tail_times = self.run_limit(tail)
                     detail["limit"].append({"times": times, "tail": tail_times})
@@ -771,7 +847,8 @@ class FamilyWorkload:
                 self.restore()
             log(
                 f"{key}: repeat {rep + 1}/{repeats}: L {samples['limit'][-1]:,.0f}/s, "
-                f"IVM {samples['ivm'][-1]:,.0f}/s, IVM poll/10 {samples['ivm10'][-1]:,.0f}/s"
+                f"IVM {samples['ivm'][-1]:,.0f}/s, IVM poll/10 {samples['ivm10'][-1]:,.0f}/s, "
+                f"IVM hub thread {samples['hub'][-1]:,.0f}/s"
             )
 
         # 3. Baselines, once each, on a prefix of the same script.
@@ -865,6 +942,17 @@ class FamilyWorkload:
                 "median_commits_s": median(samples["ivm10"]),
                 "commits_s": samples["ivm10"],
                 "over_limit": median(samples["ivm10"]) / lim,
+            },
+            "ivm_hub_thread": {
+                "median_commits_s": median(samples["hub"]),
+                "commits_s": samples["hub"],
+                "over_limit": median(samples["hub"]) / lim,
+                "over_limit_per_repeat": [a / b for a, b in zip(samples["hub"], samples["limit"])],
+                "commits_per_poll": [n / max(1, d["polls"]) for d in detail["hub"]],
+                "commit_to_delta_ready_us": {
+                    "p50": median([pct(d["latencies"], 0.5) for d in detail["hub"]]) * 1e6,
+                    "p99": median([pct(d["latencies"], 0.99) for d in detail["hub"]]) * 1e6,
+                },
             },
             "derived_ivm_without_outbox_read_commits_s": rate(
                 len(write), sum(write) + sum(commit) + sum(fanout)
@@ -2191,6 +2279,12 @@ def print_family(res, name):
             r["commits"],
         ),
         (
+            "IVM on a hub thread, as the server runs it",
+            r["ivm_hub_thread"]["median_commits_s"],
+            r["ivm_hub_thread"]["commits_s"],
+            r["commits"],
+        ),
+        (
             f"B2 re-query per binding ({b2['queries_per_commit']}/commit)",
             b2["commits_s"],
             None,
@@ -2254,6 +2348,15 @@ def print_family(res, name):
         f"    IVM / L                              {ra['ivm_over_limit']:.2f}   (per repeat {per})"
     )
     print(f"    IVM poll/10 / L                      {r['ivm_poll_every_10']['over_limit']:.2f}")
+    hub = r["ivm_hub_thread"]
+    per = ", ".join(f"{x:.2f}" for x in hub["over_limit_per_repeat"])
+    cpp = ", ".join(f"{x:.2f}" for x in hub["commits_per_poll"])
+    print(
+        f"    IVM hub thread / L                   {hub['over_limit']:.2f}   (per repeat {per}; "
+        f"commits per poll {cpp}; commit->delta ready p50 "
+        f"{hub['commit_to_delta_ready_us']['p50']:.0f} µs, p99 "
+        f"{hub['commit_to_delta_ready_us']['p99']:.0f} µs)"
+    )
     print(
         f"    IVM / B2 (same {b2['commits']} commits)          "
         f"{fmt_ratio(ra['ivm_over_b2_same_commits'])}"
