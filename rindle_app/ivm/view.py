@@ -67,19 +67,26 @@ class View:
         self._bound = None
         if query.start is not None:
             self._bound = (order_key(query.order_by)(dict(query.start.row)), query.start.exclusive)
+        # A partition window (see _is_partition_window) shows exactly the first ``limit``
+        # rows of the store's ordered partition: it keeps those rows as a list (the
+        # head) instead of an ordered copy of its own, and a commit compares the new
+        # head with the old one.
+        self._head = [] if _is_partition_window(query, self._guard) else None
+        columns = store.schema.get(query.table).columns
+        self._names = query.select if query.select is not None else [c.name for c in columns]
 
     # --- reading -------------------------------------------------------------------------
 
     def result(self):
         """The view in the reference evaluator's shape."""
-        nodes = [self._roots[self.store.pk(self.query.table, r)][1] for r in self._members]
+        nodes = [self._roots[self.store.pk(self.query.table, r)][1] for r in self.rows()]
         if self.query.one:
             return nodes[0] if nodes else None
         return nodes
 
     def rows(self):
         """The root rows of the view, in view order."""
-        return list(self._members)
+        return list(self._members if self._head is None else self._head)
 
     def footprint_rows(self):
         """Every (table, row) the view shows, once each: a late subscriber's seq 0."""
@@ -90,6 +97,11 @@ class View:
     def hydrate(self):
         """Build the view from the store; returns the footprint as add ops."""
         touched = {}
+        if self._head is not None:
+            self._head = self._partition_head()
+            for row in self._head:
+                self._show(row, touched)
+            return self._ops(touched)
         for row in self._scan(after=None, need=self.query.limit):
             self._admit(row, touched)
         return self._ops(touched)
@@ -110,6 +122,8 @@ class View:
         store has already applied); returns the footprint ops of this commit.
         ``affected``, when the caller already knows them, are the root pks to redo.
         """
+        if self._head is not None:
+            return self._apply_head()
         if affected is None:
             affected = self.affected_roots(changes)
         if not affected:
@@ -141,6 +155,44 @@ class View:
         while limit is not None and len(roots) > limit:
             self._evict(self.store.pk(q.table, members[-1]), touched)
         return self._ops(touched)
+
+    def _apply_head(self):
+        """
+        A partition window after a commit: the rows that left the head and the rows
+        that joined it, by identity (the store replaces a changed row with a new
+        dict), so an edit shows as the old row leaving and the new one joining the
+        same key, and the work is the head's length, not a sorted copy's upkeep.
+        """
+        old, head = self._head, self._partition_head()
+        self._head = head
+        if old == head:  # the same rows, or rows equal to them: nothing to show
+            return []
+        kept, was = set(map(id, head)), set(map(id, old))
+        touched = {}
+        table, pk_of = self.query.table, self.store.pk
+        for row in old:
+            if id(row) not in kept:
+                self._evict(pk_of(table, row), touched, ordered=False)
+        for row in head:
+            if id(row) not in was:
+                self._show(row, touched)
+        return self._ops(touched)
+
+    def _show(self, row, touched):
+        """``_admit`` for a partition window's row: its node is its cells, its path itself."""
+        table = self.query.table
+        pk = self.store.pk(table, row)
+        key = (table, pk)
+        footprint, images = self.footprint, self._images
+        if key not in touched:
+            touched[key] = images.get(key) if footprint.get(key) else None
+        footprint[key] += 1
+        images[key] = row
+        self._roots[pk] = (row, {name: row.get(name) for name in self._names}, [key])
+
+    def _partition_head(self):
+        ordered = self.store.ordered(self.query.table, self.query.order_by, self._guard)
+        return ordered[: self.query.limit]
 
     # --- internals -----------------------------------------------------------------------
 
@@ -206,9 +258,11 @@ class View:
             images[key] = r
         self._roots[pk] = (row, node, paths)
 
-    def _evict(self, pk, touched):
+    def _evict(self, pk, touched, ordered=True):
+        """Take a root row out of the view (``ordered`` False: a partition window's)."""
         row, _node, paths = self._roots.pop(pk)
-        self._members.remove(row)
+        if ordered:
+            self._members.remove(row)
         footprint, images = self.footprint, self._images
         for key in paths:
             if key not in touched:
@@ -261,6 +315,25 @@ class View:
                     for parent in self.store.lookup(q.table, related.parent_fields, key):
                         out.setdefault(self.store.pk(q.table, parent), []).append(parent)
         return out
+
+
+def _is_partition_window(query, guard):
+    """
+    True for a bounded window whose only condition is its root guard and which
+    renders no relationship (``post WHERE board = ? ORDER BY score DESC LIMIT 20``):
+    every row of the guard's partition qualifies, so the view is the partition's
+    first ``limit`` rows in order.
+    """
+    if guard is None or query.related or query.start is not None or query.one:
+        return False
+    if query.limit is None or query.limit <= 0 or query.aggregate is not None:
+        return False
+    where = query.where
+    if isinstance(where, And):
+        if len(where.conditions) != 1:
+            return False
+        where = where.conditions[0]
+    return isinstance(where, Simple) and where.op == "=" and where.column == guard[0]
 
 
 def root_guard(query):
