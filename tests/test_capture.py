@@ -198,3 +198,71 @@ def test_outbox_images_are_json_objects_keyed_by_column():
         "updatedAt",
     }
     json.dumps(event)  # every image is plain JSON
+
+
+def _install_capture(conn, engine):
+    from rindle_app.engine.capture import install
+
+    with conn.cursor() as cursor:
+        install(cursor, "postgresql", engine.tables.by_name()["issue"])
+
+
+def _install_ledger_functions(conn, engine):
+    from rindle_app.engine.mutations import install_ledger_functions
+    from rindle_app.engine.tx import Tx
+
+    conn.ensure_connection()
+    install_ledger_functions(Tx(conn, conn.connection.cursor(), engine.tables))
+
+
+@pytest.mark.parametrize("installer", [_install_capture, _install_ledger_functions])
+def test_processes_starting_together_install_without_a_catalog_race(engine, installer):
+    """
+    Two processes start at once (two Daphne workers): each refreshes the capture
+    triggers and the Postgres helper functions in its own transaction. Concurrent
+    ``CREATE OR REPLACE FUNCTION`` of one function fails one of them ("tuple
+    concurrently updated") unless installs are serialized; both must succeed.
+    """
+    import threading
+    import time
+
+    from django.db import connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite's write lock already serializes installs")
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def start():
+        conn = connections.create_connection("default")
+        try:
+            for _ in range(3):
+                barrier.wait(timeout=10)
+                conn.set_autocommit(False)
+                try:
+                    installer(conn, engine)
+                    time.sleep(0.05)  # the other one reaches its install meanwhile
+                    conn.commit()
+                except Exception as exc:
+                    conn.rollback()
+                    errors.append(exc)
+                finally:
+                    conn.set_autocommit(True)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    before = outbox_high_water()
+    make_issue(id="race").save()
+    assert changes(before) == [("issue", "add", ["race"])]  # the triggers still capture
+    assert (
+        engine.mutate(
+            "race-client", 1, "setStatus", {"id": "race", "status": "done", "updatedAt": 2.0}
+        ).status
+        == "applied"
+    )  # and the ledger helpers still work

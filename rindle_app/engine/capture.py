@@ -32,6 +32,8 @@ def install(cursor, vendor, table):
 
 def remove(cursor, vendor, table_name):
     """Drop the capture triggers of ``table_name``."""
+    if vendor == "postgresql":
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [INSTALL_KEY])
     for name in trigger_names(table_name).values():
         if vendor == "sqlite":
             cursor.execute(f"DROP TRIGGER IF EXISTS {quote(name)}")
@@ -158,7 +160,15 @@ def _pg_trigger_sql(table):
     return out
 
 
+# The advisory lock key that serializes capture installs ("rindcap" in ASCII).
+INSTALL_KEY = 0x72696E64636170
+
+
 def _install_postgres(cursor, table):
+    # Processes that start together (several Daphne workers) each refresh the function
+    # and the triggers; two concurrent CREATE OR REPLACE of one function fail one of
+    # them ("tuple concurrently updated"), so installs take turns until commit.
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [INSTALL_KEY])
     cursor.execute(_PG_FUNCTION)
     wanted = _pg_trigger_sql(table)
     names = trigger_names(table.name)

@@ -19,6 +19,7 @@ from django.db import DataError, IntegrityError, connections
 
 from ..adapter import get_adapter
 from ..conf import rindle_settings
+from . import capture
 from .errors import InvalidInput, MutationGap, RindleError
 from .writer import is_infrastructure_error
 
@@ -196,6 +197,8 @@ END $$;
 def install_ledger_functions(tx):
     """Create (or refresh) the Postgres helpers of the ledger; nothing on SQLite."""
     if tx.vendor == "postgresql":
+        # Processes starting together would replace the functions concurrently.
+        tx.scalar("SELECT pg_advisory_xact_lock({ph})", [capture.INSTALL_KEY])
         tx.execute(PG_LEDGER_FUNCTIONS)
 
 
