@@ -23,6 +23,7 @@ import asyncio
 import collections
 import json
 import logging
+import random
 import time
 import uuid
 
@@ -53,9 +54,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
     Browsers authenticate with their Django session (``AuthMiddlewareStack``);
     machine clients send ``Authorization: Bearer <token>`` (``rindle_app.tokens``),
     whose scopes limit them ("read" to subscribe, "mutate" to push mutations). A
-    bad token is refused before the socket is accepted. Every
-    ``WS_AUTH_RECHECK_SECONDS`` the connection re-checks its credentials, so a
-    revoked token or a deactivated user loses an open socket within that bound.
+    bad token is refused before the socket is accepted. A socket with a token or a
+    logged-in user re-checks its credentials at least every
+    ``WS_AUTH_RECHECK_SECONDS``, so a revoked token or a deactivated user loses an
+    open socket within that bound; an anonymous socket has nothing to re-check.
     """
 
     hub = None
@@ -88,7 +90,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
         self._tokens = float(rindle_settings.WS_BURST)
         self._refill = time.monotonic()
         await self.accept()
-        self._recheck = asyncio.ensure_future(self._recheck_credentials())
+        if self.token is not None or getattr(self.user, "is_authenticated", False):
+            # An anonymous socket has nothing to revoke, so it runs no re-check.
+            self._recheck = asyncio.ensure_future(self._recheck_credentials())
 
     def _start(self):
         """The hub, and the socket's meter with its quota seeded (may read the store)."""
@@ -110,8 +114,13 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     async def _recheck_credentials(self):
         interval = float(rindle_settings.WS_AUTH_RECHECK_SECONDS)
+        # The first check comes at a random point of the second half of the interval:
+        # sockets that connected together (a deploy, a reconnect storm) do not all
+        # query the database in the same instant thereafter. The bound still holds.
+        wait = interval * random.uniform(0.5, 1.0)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
+            wait = interval
             try:
                 if await database_sync_to_async(self._still_authorized)():
                     continue

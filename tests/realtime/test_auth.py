@@ -104,3 +104,31 @@ async def test_a_session_user_is_the_socket_user_until_logged_out(alice, setting
     await db(http.logout)()
     reply = await client.recv(timeout=3)
     assert reply["t"] == "queryError" and reply["code"] == "unauthorized"
+
+
+async def test_only_sockets_with_credentials_re_check_them(alice, settings, monkeypatch):
+    """An anonymous socket has nothing to revoke: it runs no periodic database check."""
+    import asyncio
+
+    from rindle_app.realtime.consumer import RindleConsumer
+
+    settings.RINDLE = {**settings.RINDLE, "WS_AUTH_RECHECK_SECONDS": 0.05}
+    checked = []
+    real = RindleConsumer._still_authorized
+
+    def still_authorized(self):
+        checked.append(self.token is not None)
+        return real(self)
+
+    monkeypatch.setattr(RindleConsumer, "_still_authorized", still_authorized)
+    anonymous = Client()
+    assert await anonymous.connect()
+    await asyncio.sleep(0.3)
+    assert checked == []
+    raw, _ = await db(tokens.create)(alice, ["read"])
+    machine = Client(headers=bearer(raw))
+    assert await machine.connect()
+    await asyncio.sleep(0.3)
+    assert checked and all(checked)  # the token socket re-checked, the anonymous one never
+    await anonymous.close()
+    await machine.close()
