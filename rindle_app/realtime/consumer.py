@@ -184,12 +184,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     async def _write(self, frames):
         """Each frame to the socket in order; the batch is one transfer out."""
-        if self._broken:
-            return
         send = self.base_send
         sent = 0
         try:
-            for frame in frames:
+            for frame in () if self._broken else frames:  # a broken socket drops them
                 await send({"type": "websocket.send", "text": frame})
                 sent += len(frame) if frame.isascii() else len(frame.encode())
         except Exception:  # the socket closed under us; disconnect() cleans up
