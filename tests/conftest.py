@@ -8,6 +8,11 @@ required under CI=true: a missing one fails the test instead of skipping it.
 
 import os
 import socket
+import subprocess
+import sys
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -92,3 +97,43 @@ hypothesis_settings.load_profile("rindle")
 def examples(n):
     """The example budget of a property test: ``n`` in CI, ``n * RINDLE_SOAK`` in a soak."""
     return n * SOAK
+
+
+@contextmanager
+def celery_beat_worker(settings_module, redis_url, workdir, **env):
+    """
+    A real ``celery -A project worker -B`` with ``settings_module``, on a queue of its
+    own (so concurrent runs on one broker never take each other's tasks); yields
+    (process, log path), and stops it and drops its queue afterwards.
+    """
+    queue = f"rindle-test-{uuid.uuid4().hex[:12]}"
+    log = workdir / "celery.log"
+    command = [
+        str(Path(sys.executable).with_name("celery")),
+        *("-A", "project", "worker", "-B", "-P", "solo", "-Q", queue, "-n", f"{queue}@%h"),
+        *("--schedule-filename", str(workdir / "beat-schedule"), "-l", "INFO"),
+    ]
+    root = Path(__file__).resolve().parent.parent
+    environment = child_env(
+        DJANGO_SETTINGS_MODULE=settings_module,
+        REDIS_URL=redis_url,
+        RINDLE_TEST_CELERY_QUEUE=queue,
+        PYTHONPATH=str(root),
+        **env,
+    )
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            command, cwd=root, env=environment, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        yield proc, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        import redis
+
+        redis.Redis.from_url(redis_url).delete(queue)

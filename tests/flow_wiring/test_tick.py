@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from rindle_app.flow import DAY_MS, FlowLedger, FlowStore, Transfer, now_ms, quo
 from rindle_app.models import FlowDayRecord
 from rindle_app.tasks import flow_tick
 
-from ..conftest import child_env
+from ..conftest import celery_beat_worker, child_env
 from .conftest import stored
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,31 +173,20 @@ def test_celery_beat_runs_the_flow_tick_every_interval(redis_url, tmp_path):
     aged.flush(old)
     assert len(stored("acme")) == 2
 
-    queue = f"rindle-test-{uuid.uuid4().hex[:12]}"
     cache_dir = tmp_path / "cache"
-    env = child_env(
-        DJANGO_SETTINGS_MODULE="tests.flow_wiring.celery_settings",
-        REDIS_URL=redis_url,
-        RINDLE_TEST_CELERY_QUEUE=queue,
-        RINDLE_TEST_CACHE_DIR=cache_dir,
-        RINDLE_FLOW_TICK_SECONDS="0.5",
-        PYTHONPATH=str(ROOT),
-    )
-    log = tmp_path / "celery.log"
-    command = [
-        str(Path(sys.executable).with_name("celery")),
-        *("-A", "project", "worker", "-B", "-P", "solo", "-Q", queue, "-n", f"{queue}@%h"),
-        *("--schedule-filename", str(tmp_path / "beat-schedule"), "-l", "INFO"),
-    ]
     cache = {
         "default": {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(cache_dir),
         }
     }
-    with open(log, "w") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    with celery_beat_worker(
+        "tests.flow_wiring.celery_settings",
+        redis_url,
+        tmp_path,
+        RINDLE_TEST_CACHE_DIR=cache_dir,
+        RINDLE_FLOW_TICK_SECONDS="0.5",
+    ) as (proc, log):
         with override_settings(CACHES=cache):
             deadline = time.monotonic() + 90
             while len(stored("acme")) != 1 or tick.cached_fleet() is None:
@@ -212,16 +200,6 @@ def test_celery_beat_runs_the_flow_tick_every_interval(redis_url, tmp_path):
             timeout=30,
             what="two more ticks",
         )
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        import redis
-
-        redis.Redis.from_url(redis_url).delete(queue)
     assert [r["node"] for r in stored("acme")] == ["web-1"]
     assert fleet.namespaces == 1 and fleet.active == 1 and fleet.moved == 50
     assert now <= at <= now_ms()

@@ -1,9 +1,6 @@
 """Retained outcomes: bounded retention, the sweep, and the Celery beat that runs it."""
 
-import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,7 @@ from django.test import override_settings
 from rindle_app.engine import outcomes
 from rindle_app.tasks import sweep_sql_outcomes
 
-from ..conftest import child_env
+from ..conftest import celery_beat_worker
 from .conftest import issue, post, rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,49 +76,16 @@ def test_celery_beat_and_a_worker_sweep_expired_outcomes(engine, redis_url, tmp_
     put("expired-a", now - 1)
     put("expired-b", now - 60_000)
     put("live", now + 3_600_000)
-    queue = f"rindle-test-{uuid.uuid4().hex[:12]}"
-    env = child_env(
-        DJANGO_SETTINGS_MODULE="tests.public_sql.celery_settings",
-        REDIS_URL=redis_url,
-        RINDLE_TEST_CELERY_QUEUE=queue,
+    with celery_beat_worker(
+        "tests.public_sql.celery_settings",
+        redis_url,
+        tmp_path,
         RINDLE_SQL_OUTCOME_SWEEP_SECONDS="0.5",
-        PYTHONPATH=str(ROOT),
-    )
-    log = tmp_path / "celery.log"
-    command = [
-        str(Path(sys.executable).with_name("celery")),
-        "-A",
-        "project",
-        "worker",
-        "-B",
-        "-P",
-        "solo",
-        "-Q",
-        queue,
-        "-n",
-        f"{queue}@%h",
-        "--schedule-filename",
-        str(tmp_path / "beat-schedule"),
-        "-l",
-        "INFO",
-    ]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    ) as (proc, log):
         deadline = time.monotonic() + 90
         while keys() != ["live"]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the worker did not sweep:\n{log.read_text()[-4000:]}")
             time.sleep(0.25)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        import redis
-
-        redis.Redis.from_url(redis_url).delete(queue)
     assert keys() == ["live"]
     assert "rindle_app.tasks.sweep_sql_outcomes" in log.read_text()
