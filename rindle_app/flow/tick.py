@@ -157,15 +157,11 @@ def shutdown(now=None):
     Stop the tick and flush every ledger of this process one last time (then drop
     them): on a graceful stop. Safe to call more than once.
     """
-    global _tick, _tick_decided
     from . import _ledgers
     from . import _lock as ledgers_lock
     from . import shutdown as flow_shutdown
 
-    with _lock:
-        tick, _tick, _tick_decided = _tick, None, False
-    if tick is not None:
-        tick.stop()
+    _stop_tick()
     with ledgers_lock:
         for using, ledger in list(_ledgers.items()):
             if _moved_database(ledger):
@@ -181,17 +177,22 @@ def reset():
     Stop the tick and drop this process's ledgers WITHOUT flushing them, and the
     quota cache: a test's fresh start (earlier tests' traffic started them).
     """
-    global _tick, _tick_decided
     from . import _ledgers, quota
     from . import _lock as ledgers_lock
 
+    _stop_tick()
+    with ledgers_lock:
+        _ledgers.clear()
+    quota.reset()
+
+
+def _stop_tick():
+    """Stop this process's tick (if it runs) and let the next serving ledger decide anew."""
+    global _tick, _tick_decided
     with _lock:
         tick, _tick, _tick_decided = _tick, None, False
     if tick is not None:
         tick.stop()
-    with ledgers_lock:
-        _ledgers.clear()
-    quota.reset()
 
 
 async def lifespan(scope, receive, send):
