@@ -1,0 +1,110 @@
+"""
+Which thread applies this process's commits to the live queries.
+
+On SQLite the writer hands its rows over, so the committing thread applies them
+itself when the hub is free (no hub-thread wake-up per commit); a busy hub never
+makes a write wait, and the hub thread applies the commit once it is free. On
+Postgres the hub thread always does.
+"""
+
+import threading
+import time
+
+import pytest
+
+from rindle_app.realtime.hub import get_hub
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _write_user(engine, pk):
+    sql = 'INSERT INTO "user" ("id", "name") VALUES (%s, %s)'
+    return engine.write(lambda tx: tx.execute(sql, [pk, f"user {pk}"])).cv
+
+
+def _record_steps(hub):
+    """Wrap ``hub.step``: the ident of each thread that ran a step that applied commits."""
+    threads, real = [], hub.step
+
+    def step():
+        before = hub.catalog.version
+        version = real()
+        if version > before:
+            threads.append(threading.get_ident())
+        return version
+
+    hub.step = step
+    return threads
+
+
+def _quiet_hub(engine):
+    hub = get_hub(engine)
+    hub.poll_interval = 60.0  # the hub thread wakes only when it is woken
+    hub._wake.set()  # let it pick up the long interval
+    time.sleep(0.05)
+    return hub
+
+
+def test_a_commit_is_applied_by_the_committing_thread_when_the_hub_is_free(live):
+    hub = _quiet_hub(live)
+    threads = _record_steps(hub)
+    cv = _write_user(live, "h1")
+    if live.vendor == "sqlite":
+        # applied before the write returned, here
+        assert hub.catalog.version == cv
+        assert threads == [threading.get_ident()]
+    else:
+        deadline = time.monotonic() + 5
+        while hub.catalog.version < cv and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hub.catalog.version == cv
+        assert threading.get_ident() not in threads
+
+
+def test_a_busy_hub_does_not_hold_up_a_write_and_its_thread_applies_the_commit(live):
+    hub = _quiet_hub(live)
+    threads = _record_steps(hub)
+    taken, release = threading.Event(), threading.Event()
+
+    def hold():
+        with hub.lock:
+            taken.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(5)
+        started = time.monotonic()
+        cv = _write_user(live, "h2")
+        assert time.monotonic() - started < 1.0  # not the 5 s the lock is held for
+        assert hub.catalog.version < cv  # nobody could apply it yet
+    finally:
+        release.set()
+        holder.join(5)
+    deadline = time.monotonic() + 5
+    while hub.catalog.version < cv and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert hub.catalog.version == cv
+    assert threads and threading.get_ident() not in threads
+
+
+def test_a_step_that_fails_on_the_committing_thread_is_retried_by_the_hub(live):
+    if live.vendor != "sqlite":
+        pytest.skip("on Postgres every step runs on the hub thread")
+    hub = _quiet_hub(live)
+    real, failed = hub.step, []
+
+    def step():
+        if not failed:
+            failed.append(threading.get_ident())
+            raise RuntimeError("boom")
+        return real()
+
+    hub.step = step
+    cv = _write_user(live, "h3")  # the write itself succeeds
+    deadline = time.monotonic() + 5
+    while hub.catalog.version < cv and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert hub.catalog.version == cv
+    assert failed == [threading.get_ident()]
