@@ -32,6 +32,16 @@ Variants of W1 and W2, each from the same restored seed state, on the same scrip
   read plus ``Catalog.commit``), then the fan-out: the ops of each changed query
   are JSON-encoded once and counted as delivered to each of its subscribers.
 - **IVM, poll/10**: the same, but polling (and fanning out) after every 10th commit.
+- **IVM through the hub**, as ``realtime.hub.Hub`` runs it on SQLite: the commit
+  listener runs the step (poll + fan-out) on the committing thread when the hub's
+  lock is free, else wakes a hub thread; **every step on the hub thread** is the
+  same with the thread woken for every commit.
+- **IVM in a second process** (bench/ivm_follower.py): the views are kept by a
+  process that makes none of the writes, tailing the outbox every ``POLL_INTERVAL``
+  as a Daphne process does, while this process commits back to back as in L.
+- **Inline floor** (W1 only): a hand-written W1-only pipeline on the writing thread
+  (json.loads, bisect, json.dumps), no rindle IVM code: the least any Python IVM on
+  that thread could cost.
 - **B1**: after each commit, every subscriber re-runs its query in plain SQL (Django
   cursor) and diffs it with its last result; capped to a prefix of the script.
 - **B2**: the same once per distinct (family, binding), fanned out to its subscribers.
