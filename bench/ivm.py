@@ -877,10 +877,11 @@ class FamilyWorkload:
                     failures.append(
                         f"{self.family}[{b!r}]: view != SQL re-query {_first_difference(got, sql)}"
                     )
-                if row_set(footprint) != seen:
+                shown = row_set(footprint)
+                if shown != seen:
                     failures.append(
                         f"{self.family}[{b!r}]: footprint != rendered rows "
-                        f"({len(row_set(footprint))} vs {len(seen)})"
+                        f"({len(shown)} vs {len(seen)})"
                     )
 
     def _record_gate(self, label, failures, sample, t0):
