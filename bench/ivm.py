@@ -2515,33 +2515,19 @@ def print_family(res, name):
     print("script kinds: " + ", ".join(f"{k} {v}" for k, v in r["kinds"].items()))
     lim, ivm = r["limit"]["median_commits_s"], r["ivm"]["median_commits_s"]
     b1, b2 = r["b1"], r["b2"]
+    measured = [
+        ("IVM, poll + fan-out every 10th commit", "ivm_poll_every_10"),
+        ("IVM through the hub, as the server runs it", "ivm_hub"),
+        ("IVM, every step on the hub thread", "ivm_hub_thread"),
+        ("IVM in a second process (tails the outbox)", "ivm_second_process"),
+    ]
     rows = [
         ("L  commit-only limit", lim, r["limit"]["commits_s"], r["commits"]),
         ("IVM write + poll + fan-out, every commit", ivm, r["ivm"]["commits_s"], r["commits"]),
-        (
-            "IVM, poll + fan-out every 10th commit",
-            r["ivm_poll_every_10"]["median_commits_s"],
-            r["ivm_poll_every_10"]["commits_s"],
-            r["commits"],
-        ),
-        (
-            "IVM through the hub, as the server runs it",
-            r["ivm_hub"]["median_commits_s"],
-            r["ivm_hub"]["commits_s"],
-            r["commits"],
-        ),
-        (
-            "IVM, every step on the hub thread",
-            r["ivm_hub_thread"]["median_commits_s"],
-            r["ivm_hub_thread"]["commits_s"],
-            r["commits"],
-        ),
-        (
-            "IVM in a second process (tails the outbox)",
-            r["ivm_second_process"]["median_commits_s"],
-            r["ivm_second_process"]["commits_s"],
-            r["commits"],
-        ),
+        *[
+            (label, r[key]["median_commits_s"], r[key]["commits_s"], r["commits"])
+            for label, key in measured
+        ],
         (
             f"B2 re-query per binding ({b2['queries_per_commit']}/commit)",
             b2["commits_s"],
@@ -2841,16 +2827,10 @@ def main(argv=None):
         print(f"\n!!!!!!!! CORRECTNESS GATE FAILED: {exc} !!!!!!!!")
         return 3
     finally:
-        if "django" in sys.modules:
-            try:
-                from django.db import connections
+        if "django" in sys.modules:  # so bench/ is on sys.path
+            from bench.mutations import stop_django
 
-                from rindle_app.engine import shutdown
-
-                shutdown()
-                connections.close_all()
-            except Exception:
-                pass
+            stop_django()
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 

@@ -242,17 +242,23 @@ def django_database(database_url, debug=False):
         call_command("migrate", verbosity=0)
         yield db
     finally:
-        if "django" in sys.modules:
-            try:
-                from django.db import connections
-
-                from rindle_app.engine import shutdown
-
-                shutdown()
-                connections.close_all()
-            except Exception:
-                pass
+        stop_django()
         db.drop()
+
+
+def stop_django():
+    """Shut the engine down and close Django's connections, if Django was set up."""
+    if "django" not in sys.modules:
+        return
+    try:
+        from django.db import connections
+
+        from rindle_app.engine import shutdown
+
+        shutdown()
+        connections.close_all()
+    except Exception:  # tearing down after a failed run: the failure is what matters
+        pass
 
 
 # --- the benchmark -----------------------------------------------------------------------
@@ -805,16 +811,8 @@ def main(argv=None):
     finally:
         if bench is not None:
             bench.close()
-        if "django" in sys.modules and db.backend:
-            try:
-                from django.db import connections
-
-                from rindle_app.engine import shutdown
-
-                shutdown()
-                connections.close_all()
-            except Exception:
-                pass
+        if db.backend:
+            stop_django()
         db.drop()
 
 
