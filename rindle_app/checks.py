@@ -45,7 +45,23 @@ def check_settings(app_configs, **kwargs):
         )
     errors.extend(_check_synced_models(user.get("SYNCED_MODELS", [])))
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
+    errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
     return errors
+
+
+def _check_metrics_auth(auth):
+    from .metrics import metrics_auth_problem
+
+    problem = metrics_auth_problem(auth)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['METRICS_AUTH'] is malformed: {problem}; /metrics admits nobody.",
+            hint='e.g. {"TOKEN": os.environ["METRICS_TOKEN"], "ADDRESSES": ["10.0.0.0/8"]}.',
+            id="rindle.E011",
+        )
+    ]
 
 
 def _check_synced_models(labels):

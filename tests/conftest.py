@@ -82,6 +82,21 @@ def vendor(db):
     return connection.vendor
 
 
+METRICS_TOKEN = "metrics-scraper-token-for-the-test-run-0123456789"
+
+
+def scrape_metrics():
+    """GET /metrics as a scraper with the bearer token METRICS_AUTH admits."""
+    from django.conf import settings
+    from django.test import Client, override_settings
+
+    auth = {**settings.RINDLE, "METRICS_AUTH": {"TOKEN": METRICS_TOKEN}}
+    with override_settings(RINDLE=auth):
+        response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}")
+    assert response.status_code == 200, response.content
+    return response.content.decode()
+
+
 def child_env(**extra):
     """Environment for a subprocess that must use this test run's database."""
     env = dict(os.environ)
