@@ -222,14 +222,14 @@ def test_a_strong_key_passes_and_a_weak_fallback_is_an_error():
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def manage_check(tmp_path, **env):
+def manage_check(tmp_path, *args, **env):
     """``manage.py check`` of the host project with no key in the environment."""
     environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY",)}
     environment.pop("DJANGO_DEBUG", None)
     environment.update(RINDLE_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="project.settings")
     environment.update(env)
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", "check", *args],
         cwd=ROOT,
         env=environment,
         capture_output=True,
@@ -250,3 +250,27 @@ def test_the_project_refuses_its_development_key_unless_debug_or_a_key_file(tmp_
     (tmp_path / "secret_key").write_text(STRONG + "\n")
     passed = manage_check(tmp_path)
     assert passed.returncode == 0, passed.stderr
+
+
+def test_the_production_settings_template_passes_check_deploy(tmp_path):
+    """
+    project.settings_production, with a strong key and a host name from the
+    environment: ``check --deploy --fail-level WARNING`` finds no issue at all.
+    Without the key it refuses to start.
+    """
+    import secrets
+
+    env = {
+        "DJANGO_SETTINGS_MODULE": "project.settings_production",
+        "DJANGO_ALLOWED_HOSTS": "rindle.example.com",
+    }
+    deploy = ("--deploy", "--fail-level", "WARNING")
+    passed = manage_check(tmp_path, *deploy, DJANGO_SECRET_KEY=secrets.token_urlsafe(50), **env)
+    assert passed.returncode == 0, passed.stderr
+    assert "System check identified no issues" in passed.stdout
+    # The same checks flag the host project's own settings (DEBUG on, no HTTPS).
+    dev = manage_check(tmp_path, *deploy, DJANGO_DEBUG="1")
+    assert dev.returncode != 0 and "security.W018" in dev.stderr, dev.stderr
+    refused = manage_check(tmp_path, *deploy, **env)
+    assert refused.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in refused.stderr, refused.stderr
