@@ -165,9 +165,9 @@ RINDLE = {
     "SYNCED_MODELS": ["demo.User", "demo.Issue", "demo.Tag", "demo.Comment"],
     # Seconds between this process's flushes of its usage ledger (tests shorten it).
     "FLOW_FLUSH_SECONDS": float(os.environ.get("RINDLE_FLOW_FLUSH_SECONDS", 60)),
-    # The demo opts in to anonymous mutations in demo mode (DEBUG on): an anonymous
-    # visitor's edit then reaches the demo's mutators, which reject it with "sign in
-    # to do this" (the page shows it). Outside demo mode rindle refuses it first.
+    # The demo opts in to anonymous mutations in demo mode (DEBUG on): anonymous
+    # visitors may edit issues there (its mutators that need an author still reject
+    # them: "sign in to do this"). Outside demo mode rindle refuses them first.
     "ALLOW_ANONYMOUS_MUTATIONS": DEBUG,
 }
 
