@@ -11,7 +11,8 @@ with no warning::
     DJANGO_BEHIND_TLS_PROXY=1      # optional: trust X-Forwarded-Proto from the proxy
 
 Copy it into your project and adjust; nothing here reads a default key or opens
-a demo route.
+a demo route. With DEBUG off nothing serves ``/static/``: run ``collectstatic`` and
+let the proxy serve ``STATIC_ROOT`` (the demo pages and the admin need it).
 """
 
 import os
