@@ -28,7 +28,14 @@ install: $(STAMP)
 install-test: install $(NODE_STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# Demo mode: DEBUG on (the open sign-in, anonymous mutations reaching the demo's
+# mutators, runserver serving static files), and a random key of this checkout's own
+# in var/secret_key (git-ignored), written once, read when DJANGO_SECRET_KEY is unset.
+demo: export DJANGO_DEBUG = 1
 demo: install
+	@key="$${RINDLE_VAR_DIR:-var}/secret_key"; test -s "$$key" || { \
+		mkdir -p "$$(dirname "$$key")" && (umask 077 && $(BIN)/python -c \
+		'import secrets; print(secrets.token_urlsafe(50))' > "$$key"); }
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py rindle_seed_demo
 	$(BIN)/python manage.py runserver $${RINDLE_DEMO_ADDR:-127.0.0.1:8000}

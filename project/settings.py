@@ -18,10 +18,26 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RINDLE_VAR_DIR", BASE_DIR / "var"))
 
-SECRET_KEY = os.environ.get(
-    "DJANGO_SECRET_KEY", "insecure-development-key-change-me-in-production-0123456789"
-)
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+# The key that signs sessions and lease tokens: DJANGO_SECRET_KEY, else the local
+# key file `make demo` writes (var/secret_key, ignored by git), else a public
+# development key that system check rindle.E010 refuses while DEBUG is off.
+DEVELOPMENT_SECRET_KEY = "django-insecure-rindle-development-key-public-never-use-it-0123456789"
+
+
+def _secret_key():
+    key = os.environ.get("DJANGO_SECRET_KEY", "")
+    if not key:
+        try:
+            key = (VAR_DIR / "secret_key").read_text().strip()
+        except OSError:
+            key = ""
+    return key or DEVELOPMENT_SECRET_KEY
+
+
+SECRET_KEY = _secret_key()
+# Off unless asked for: `make demo` sets DJANGO_DEBUG=1. Demo mode follows it: the
+# demo's open sign-in (project.demo.views) and its anonymous mutations (RINDLE below).
+DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get(
     "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
 ).split(",")
@@ -149,6 +165,10 @@ RINDLE = {
     "SYNCED_MODELS": ["demo.User", "demo.Issue", "demo.Tag", "demo.Comment"],
     # Seconds between this process's flushes of its usage ledger (tests shorten it).
     "FLOW_FLUSH_SECONDS": float(os.environ.get("RINDLE_FLOW_FLUSH_SECONDS", 60)),
+    # The demo opts in to anonymous mutations in demo mode (DEBUG on): anonymous
+    # visitors may edit issues there (its mutators that need an author still reject
+    # them: "sign in to do this"). Outside demo mode rindle refuses them first.
+    "ALLOW_ANONYMOUS_MUTATIONS": DEBUG,
 }
 
 LOGGING = {

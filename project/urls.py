@@ -5,7 +5,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),
     path("", include("rindle_app.urls")),
     path("", include("project.demo.urls")),
 ]

@@ -13,6 +13,16 @@ class RindleAdapter:
         """Return False (or raise PermissionDenied) to reject a client mutation."""
         return True
 
+    def allow_anonymous_mutations(self):
+        """
+        Whether client mutations from nobody (no session user, no token) reach the
+        mutators at all: ``RINDLE["ALLOW_ANONYMOUS_MUTATIONS"]`` (default False).
+        Refused ones get ``anonymous_mutations_disabled``, over HTTP and websocket.
+        """
+        from .conf import rindle_settings
+
+        return bool(rindle_settings.ALLOW_ANONYMOUS_MUTATIONS)
+
     def authorize_query(self, user, name, args):
         """Return False (or raise PermissionDenied) to refuse named query ``name``."""
         return True
@@ -67,3 +77,16 @@ def get_adapter():
     from .conf import rindle_settings
 
     return rindle_settings.ADAPTER()
+
+
+def check_anonymous_mutation(user):
+    """Raise ``AnonymousMutationsDisabled`` for a mutation from nobody, unless opted in."""
+    if user is not None and getattr(user, "is_authenticated", False):
+        return
+    if not get_adapter().allow_anonymous_mutations():
+        from .engine.errors import AnonymousMutationsDisabled
+
+        raise AnonymousMutationsDisabled(
+            "anonymous client mutations are disabled here; sign in or use a token "
+            "(a host project opts in with RINDLE['ALLOW_ANONYMOUS_MUTATIONS'])"
+        )

@@ -3,6 +3,7 @@
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS
@@ -44,7 +45,23 @@ def check_settings(app_configs, **kwargs):
         )
     errors.extend(_check_synced_models(user.get("SYNCED_MODELS", [])))
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
+    errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
     return errors
+
+
+def _check_metrics_auth(auth):
+    from .metrics import metrics_auth_problem
+
+    problem = metrics_auth_problem(auth)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['METRICS_AUTH'] is malformed: {problem}; /metrics admits nobody.",
+            hint='e.g. {"TOKEN": os.environ["METRICS_TOKEN"], "ADDRESSES": ["10.0.0.0/8"]}.',
+            id="rindle.E011",
+        )
+    ]
 
 
 def _check_synced_models(labels):
@@ -148,3 +165,47 @@ def check_allowed_hosts(app_configs, **kwargs):
             id="rindle.E009",
         )
     ]
+
+
+# Keys published in rindle's own sources at some point: public, so never secret.
+PUBLIC_SECRET_KEYS = frozenset({"insecure-development-key-change-me-in-production-0123456789"})
+
+
+def weak_secret_key(key):
+    """Why ``key`` cannot sign anything outside DEBUG, or None for a usable key."""
+    if not isinstance(key, (str, bytes)) or not key:
+        return "it is empty"
+    text = key.decode("latin-1") if isinstance(key, bytes) else key
+    if text in PUBLIC_SECRET_KEYS or text.startswith("django-insecure-"):
+        return "it is a published development key"
+    # Django's own bar for a deployment key (security.W009).
+    if len(text) < 50 or len(set(text)) < 5:
+        return "it is shorter than 50 characters or has fewer than 5 distinct ones"
+    return None
+
+
+@register()
+def check_secret_key(app_configs, **kwargs):
+    # Anyone who knows the key forges sessions and lease tokens for any user, so a
+    # public or weak key is an error whenever DEBUG is off, not only under --deploy.
+    if settings.DEBUG:
+        return []
+    try:
+        keys = [("SECRET_KEY", settings.SECRET_KEY)]
+    except ImproperlyConfigured:  # Django refuses to hand out an empty key
+        keys = [("SECRET_KEY", "")]
+    keys += [("SECRET_KEY_FALLBACKS", k) for k in getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    errors = []
+    for name, key in keys:
+        problem = weak_secret_key(key)
+        if problem is not None:
+            errors.append(
+                Error(
+                    f"{name} cannot be used while DEBUG is False: {problem}, so anyone can "
+                    "forge sessions and lease tokens.",
+                    hint="Set DJANGO_SECRET_KEY to at least 50 random characters, e.g. "
+                    "python -c 'import secrets; print(secrets.token_urlsafe(50))'.",
+                    id="rindle.E010",
+                )
+            )
+    return errors

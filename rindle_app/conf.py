@@ -97,6 +97,17 @@ DEFAULTS = {
     # arguments one of them may buffer.
     "SQL_TRANSACTIONS_MAX_OPEN": 256,
     "SQL_TRANSACTION_MAX_BYTES": 1024 * 1024,
+    # Issue 13 (safe defaults): anonymous writes and who may scrape /metrics.
+    # Client mutations from nobody (POST /api/rindle/mutate, websocket pushMutation)
+    # are refused with 403 anonymous_mutations_disabled unless this is True (or the
+    # adapter's allow_anonymous_mutations() says so); the demo opts in.
+    "ALLOW_ANONYMOUS_MUTATIONS": False,
+    # Who may read /metrics (rindle_app.metrics.metrics_view); others get 403
+    # metrics_forbidden. None: open while DEBUG is on, else staff sessions only. A
+    # dict opens it to any of: "TOKEN" (Authorization: Bearer <TOKEN>), "ADDRESSES"
+    # (REMOTE_ADDR in these IPs or CIDR networks), "STAFF" (a staff session; default
+    # True), "OPEN" (True: anyone).
+    "METRICS_AUTH": None,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

@@ -2,18 +2,21 @@
 Lease tokens: a signed, short-lived permission to subscribe to one named query.
 
 ``POST /api/rindle/query`` resolves and authorizes a named query, then mints a lease
-over its name, its arguments as sent, the user's id and the client id. The websocket
-consumer verifies the lease, loads the user and resolves the query again, so the
-arguments and the read rules are checked at subscribe time too; the lease only
-proves that this server issued it, to whom, and when::
+over its name, its arguments as sent, the principal that asked (the user's id, and
+the bearer token's prefix for a token request) and the client id. The websocket
+consumer redeems the lease only for that same principal (``redeem``: another user,
+an anonymous socket or another token is refused with ``lease_principal_mismatch``)
+and resolves the query again as the socket's user, so the arguments and the read
+rules are checked at subscribe time too; the lease only proves that this server
+issued it, to whom, and when::
 
-    token, info = leases.mint("issuesPage", {"limit": 50}, request.user)
-    lease = leases.verify(token)  # Lease(name, args, user_id, client_id)
+    token, info = leases.mint("issuesPage", {"limit": 50}, request.user, token=request.auth)
+    lease = leases.redeem(token, socket_user, socket_token)  # Lease(name, args, user_id, ...)
 
 Tokens are signed with ``SECRET_KEY`` (``django.core.signing``, salt
 ``"rindle.lease"``) and expire ``RINDLE["LEASE_TTL"]`` seconds after they are minted.
-They are bearer credentials: anyone holding one may subscribe as its user until it
-expires, so they travel only over the connection that asked for them.
+A leaked lease is no credential of its own: only its principal may redeem it, and
+an anonymous lease grants what any anonymous socket may read anyway.
 """
 
 import time
@@ -47,6 +50,12 @@ class LeaseInvalid(LeaseError):
     code = "unauthorized"
 
 
+class LeasePrincipalMismatch(LeaseError):
+    """A valid lease redeemed by someone other than the principal it was minted for."""
+
+    code = "lease_principal_mismatch"
+
+
 @dataclass(frozen=True)
 class Lease:
     """What a verified lease grants: subscribing to ``name(args)`` as ``user_id``."""
@@ -55,16 +64,20 @@ class Lease:
     args: object
     user_id: object  # the user's pk as JSON (None for an anonymous user)
     client_id: str = None
+    token_prefix: str = None  # the bearer token it was minted for (None: a session)
 
 
-def mint(name, args, user, client_id=None):
+def mint(name, args, user, client_id=None, token=None):
     """
-    ``(token, info)``: a lease on ``name(args)`` for ``user`` (and ``client_id``).
+    ``(token, info)``: a lease on ``name(args)`` for ``user`` (and ``client_id``);
+    ``token``: the ``RindleToken`` the request authenticated with, if any.
     ``info`` holds ``issuedAt`` and ``expiresAt`` in milliseconds since the epoch.
     Minting authorizes nothing: resolve the query for the user first.
     """
     issued = int(time.time())
     payload = {"name": name, "args": args, "uid": _user_id(user), "cid": client_id, "iat": issued}
+    if _token_prefix(token) is not None:
+        payload["tid"] = _token_prefix(token)
     token = signing.dumps(payload, salt=SALT, compress=True)
     expires = issued + int(rindle_settings.LEASE_TTL)
     return token, {"issuedAt": issued * 1000, "expiresAt": expires * 1000}
@@ -82,7 +95,28 @@ def verify(token):
         raise LeaseInvalid("the lease token is not valid") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
         raise LeaseInvalid("the lease token is not valid")
-    return Lease(payload["name"], payload.get("args"), payload.get("uid"), payload.get("cid"))
+    fields = ("args", "uid", "cid", "tid")
+    return Lease(payload["name"], *(payload.get(field) for field in fields))
+
+
+def redeem(token, user, auth_token=None):
+    """
+    The ``Lease`` of ``token`` for the caller: ``user`` and the ``RindleToken`` it
+    authenticated with (None for a session or nobody). A lease minted for another
+    principal raises ``LeasePrincipalMismatch``; see ``verify`` for the rest.
+    """
+    lease = verify(token)
+    if (lease.user_id, lease.token_prefix) != (_user_id(user), _token_prefix(auth_token)):
+        raise LeasePrincipalMismatch(
+            "this lease was minted for another user or token; ask POST /api/rindle/query "
+            "for a lease of your own"
+        )
+    return lease
+
+
+def _token_prefix(token):
+    prefix = getattr(token, "prefix", None)
+    return prefix if isinstance(prefix, str) else None
 
 
 def _user_id(user):

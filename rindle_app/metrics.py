@@ -1,13 +1,104 @@
 """
-rindle's Prometheus series, served by the project's ``/metrics`` (django-prometheus
-exports the default registry).
+rindle's Prometheus series, served at ``/metrics`` by ``metrics_view`` (which wraps
+django-prometheus's export of the default registry behind ``RINDLE["METRICS_AUTH"]``).
 
 Every value here is read from memory at scrape time: a scrape never takes a
-database connection, let alone the writer, so a long write cannot stall it.
+database connection, let alone the writer, so a long write cannot stall it (a
+scraper that authenticates by token or address reads no database either).
 """
 
+import hmac
+import ipaddress
+
+from django.conf import settings
+from django.http import JsonResponse
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY
+
+METRICS_AUTH_KEYS = frozenset({"TOKEN", "ADDRESSES", "STAFF", "OPEN"})
+
+
+def metrics_view(request):
+    """``GET /metrics``: the registry's text exposition, for callers METRICS_AUTH admits."""
+    from django_prometheus.exports import ExportToDjangoView
+
+    if metrics_allowed(request):
+        return ExportToDjangoView(request)
+    response = JsonResponse(
+        {
+            "error": {
+                "code": "metrics_forbidden",
+                "message": "/metrics is not open to this caller; see RINDLE['METRICS_AUTH']",
+            }
+        },
+        status=403,
+    )
+    if isinstance(_auth(), dict) and _auth().get("TOKEN"):
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def metrics_allowed(request):
+    """
+    Whether ``request`` may scrape: ``RINDLE["METRICS_AUTH"]`` None opens it while
+    DEBUG is on and otherwise to staff sessions; a dict to any caller one of its
+    keys admits (a malformed value admits nobody; check rindle.E011 reports it).
+    """
+    auth = _auth()
+    if auth is None:
+        return settings.DEBUG or _staff(request)
+    if metrics_auth_problem(auth) is not None:
+        return False
+    if auth.get("OPEN"):
+        return True
+    if auth.get("TOKEN") and _bearer(request, auth["TOKEN"]):
+        return True
+    if _address_in(request.META.get("REMOTE_ADDR"), auth.get("ADDRESSES") or ()):
+        return True
+    return bool(auth.get("STAFF", True)) and _staff(request)
+
+
+def metrics_auth_problem(auth):
+    """What is wrong with a METRICS_AUTH value, or None."""
+    if auth is None:
+        return None
+    if not isinstance(auth, dict) or not set(auth) <= METRICS_AUTH_KEYS:
+        return f"it must be None or a dict with keys among {sorted(METRICS_AUTH_KEYS)}"
+    token = auth.get("TOKEN")
+    if token is not None and (not isinstance(token, str) or len(token) < 32):
+        return "TOKEN must be a string of at least 32 characters"
+    addresses = auth.get("ADDRESSES") or ()
+    if isinstance(addresses, str):
+        return "ADDRESSES must be a list of IP addresses or CIDR networks"
+    try:
+        [ipaddress.ip_network(a, strict=False) for a in addresses]
+    except (TypeError, ValueError) as exc:
+        return f"ADDRESSES: {exc}"
+    return None
+
+
+def _auth():
+    from .conf import rindle_settings
+
+    return rindle_settings.METRICS_AUTH
+
+
+def _bearer(request, token):
+    kind, _, given = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return kind.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def _address_in(address, networks):
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return any(ip in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+def _staff(request):
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_active and user.is_staff)
 
 
 class EngineCollector:

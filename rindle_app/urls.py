@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView
 from .api import ingest_views as ingest
 from .api import migrate_views, views
 from .api import sql_views as sql
+from .metrics import metrics_view
 
 urlpatterns = [
     path("api/rindle/query", views.QueryView.as_view(), name="rindle-query"),
@@ -50,4 +51,7 @@ urlpatterns = [
         name="rindle-sql-txn-rollback",
     ),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
+    # django-prometheus's export behind RINDLE["METRICS_AUTH"] (do not also include
+    # django_prometheus.urls: its /metrics is open to anyone).
+    path("metrics", metrics_view, name="rindle-metrics"),
 ]

@@ -21,6 +21,18 @@ from django.db import connection
 from rindle_app.testing import running
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# pytest-django runs the suite with DEBUG off, where check rindle.E010 refuses the
+# public development key: the run gets a strong random key of its own unless the
+# caller set one, in the settings and in the environment its subprocesses (Daphne,
+# manage.py) inherit, so a session or lease made here is valid there too.
+if not os.environ.get("DJANGO_SECRET_KEY"):
+    import secrets
+
+    from django.conf import settings as _settings
+
+    os.environ["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
+    _settings.SECRET_KEY = os.environ["DJANGO_SECRET_KEY"]
 REDIS_URL = os.environ.get("RINDLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 POSTGRES_URL = os.environ.get("RINDLE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
 
@@ -68,6 +80,21 @@ def engine(transactional_db):
 @pytest.fixture
 def vendor(db):
     return connection.vendor
+
+
+METRICS_TOKEN = "metrics-scraper-token-for-the-test-run-0123456789"
+
+
+def scrape_metrics():
+    """GET /metrics as a scraper with the bearer token METRICS_AUTH admits."""
+    from django.conf import settings
+    from django.test import Client, override_settings
+
+    auth = {**settings.RINDLE, "METRICS_AUTH": {"TOKEN": METRICS_TOKEN}}
+    with override_settings(RINDLE=auth):
+        response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}")
+    assert response.status_code == 200, response.content
+    return response.content.decode()
 
 
 def child_env(**extra):

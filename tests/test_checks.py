@@ -1,12 +1,17 @@
 """System checks catch each misconfiguration of rindle and pass the project's settings."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from rindle_app.checks import check_allowed_hosts, check_settings
+from rindle_app.checks import check_allowed_hosts, check_secret_key, check_settings
 
 # The checks only read settings.DATABASES; no connection is opened through the
 # overridden aliases, which is what Django's warning is about.
@@ -176,3 +181,96 @@ def test_a_wildcard_allowed_host_is_refused_outside_debug():
     with override_settings(DEBUG=False, ALLOWED_HOSTS=["*"]):
         with pytest.raises(SystemCheckError, match="rindle.E009"):
             call_command("check")
+
+
+STRONG = "x7Qp9vR2mK4tW8zL1nB6cF3hJ5dG0sY-aE_uI9oP2qW4eR6tY8uI0oP2aS4dF6g"
+
+
+def secret_key_ids(**overrides):
+    with override_settings(**overrides):
+        return [m.id for m in check_secret_key(None)]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "insecure-development-key-change-me-in-production-0123456789",  # rindle's old key
+        "django-insecure-rindle-development-key-public-never-use-it-0123456789",  # its new one
+        "django-insecure-" + STRONG,  # what startproject generates
+        "short-key",
+        "a" * 80,  # long, but 1 distinct character
+        "",
+    ],
+)
+def test_a_public_or_weak_secret_key_is_an_error_outside_debug(key):
+    """rindle.E010: a key anyone can know forges sessions and leases while DEBUG is off."""
+    assert secret_key_ids(DEBUG=False, SECRET_KEY=key) == ["rindle.E010"]
+    assert secret_key_ids(DEBUG=True, SECRET_KEY=key) == []
+
+
+def test_a_strong_key_passes_and_a_weak_fallback_is_an_error():
+    assert secret_key_ids(DEBUG=False, SECRET_KEY=STRONG) == []
+    fallbacks = [STRONG[::-1], "django-insecure-" + STRONG]
+    assert secret_key_ids(DEBUG=False, SECRET_KEY=STRONG, SECRET_KEY_FALLBACKS=fallbacks) == [
+        "rindle.E010"
+    ]
+    with override_settings(DEBUG=False, SECRET_KEY="django-insecure-" + STRONG):
+        with pytest.raises(SystemCheckError, match="rindle.E010"):
+            call_command("check")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage_check(tmp_path, *args, **env):
+    """``manage.py check`` of the host project with no key in the environment."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY",)}
+    environment.pop("DJANGO_DEBUG", None)
+    environment.update(RINDLE_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="project.settings")
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_project_refuses_its_development_key_unless_debug_or_a_key_file(tmp_path):
+    """
+    With no DJANGO_SECRET_KEY the host project falls back to its public development
+    key, which check rindle.E010 refuses while DEBUG is off (the default); DEBUG on
+    or the key file `make demo` writes (var/secret_key) passes.
+    """
+    refused = manage_check(tmp_path)
+    assert refused.returncode != 0 and "rindle.E010" in refused.stderr, refused.stderr
+    assert manage_check(tmp_path, DJANGO_DEBUG="1").returncode == 0
+    (tmp_path / "secret_key").write_text(STRONG + "\n")
+    passed = manage_check(tmp_path)
+    assert passed.returncode == 0, passed.stderr
+
+
+def test_the_production_settings_template_passes_check_deploy(tmp_path):
+    """
+    project.settings_production, with a strong key and a host name from the
+    environment: ``check --deploy --fail-level WARNING`` finds no issue at all.
+    Without the key it refuses to start.
+    """
+    import secrets
+
+    env = {
+        "DJANGO_SETTINGS_MODULE": "project.settings_production",
+        "DJANGO_ALLOWED_HOSTS": "rindle.example.com",
+    }
+    deploy = ("--deploy", "--fail-level", "WARNING")
+    passed = manage_check(tmp_path, *deploy, DJANGO_SECRET_KEY=secrets.token_urlsafe(50), **env)
+    assert passed.returncode == 0, passed.stderr
+    assert "System check identified no issues" in passed.stdout
+    # The same checks flag the host project's own settings (DEBUG on, no HTTPS).
+    dev = manage_check(tmp_path, *deploy, DJANGO_DEBUG="1")
+    assert dev.returncode != 0 and "security.W018" in dev.stderr, dev.stderr
+    refused = manage_check(tmp_path, *deploy, **env)
+    assert refused.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in refused.stderr, refused.stderr

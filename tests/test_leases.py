@@ -107,3 +107,31 @@ def test_another_secret_key_invalidates_leases():
     with override_settings(SECRET_KEY="another-secret-key-of-enough-length-0123456789"):
         with pytest.raises(LeaseInvalid):
             leases.verify(token)
+
+
+class Token:
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+
+def test_a_lease_is_redeemed_only_by_the_principal_it_was_minted_for():
+    """Another user, nobody, another token, or a session for a token lease: refused."""
+    alice, bob, t1, t2 = Member(1), Member(2), Token("a" * 12), Token("b" * 12)
+    by_session, _info = leases.mint("users", None, alice)
+    by_token, _info = leases.mint("users", None, alice, "tab-1", token=t1)
+    anonymous, _info = leases.mint("users", None, None)
+    assert leases.redeem(by_session, alice) == Lease("users", None, 1, None)
+    assert leases.redeem(by_token, alice, t1) == Lease("users", None, 1, "tab-1", "a" * 12)
+    assert leases.redeem(anonymous, AnonymousUser()).user_id is None
+    mismatches = [
+        (by_session, bob, None),
+        (by_session, AnonymousUser(), None),
+        (by_session, alice, t1),
+        (by_token, alice, None),
+        (by_token, alice, t2),
+        (anonymous, alice, None),
+    ]
+    for token, user, auth in mismatches:
+        with pytest.raises(leases.LeasePrincipalMismatch) as info:
+            leases.redeem(token, user, auth)
+        assert (info.value.code, info.value.status) == ("lease_principal_mismatch", 403)

@@ -21,7 +21,9 @@ PROBE = (
     "print(json.dumps({'engine': db['ENGINE'], 'name': str(db['NAME']),"
     " 'options': db.get('OPTIONS', {}),"
     " 'layer': settings.CHANNEL_LAYERS['default']['BACKEND'],"
-    " 'broker': settings.CELERY_BROKER_URL}))"
+    " 'broker': settings.CELERY_BROKER_URL, 'debug': settings.DEBUG,"
+    " 'anonymous_mutations': settings.RINDLE.get('ALLOW_ANONYMOUS_MUTATIONS'),"
+    " 'key': settings.SECRET_KEY}))"
 )
 
 
@@ -49,6 +51,22 @@ def test_the_default_is_embedded_sqlite_wal_and_in_memory_layer(tmp_path):
     assert s["options"]["transaction_mode"] == "IMMEDIATE"
     assert s["layer"] == "channels.layers.InMemoryChannelLayer"
     assert s["broker"] == "memory://"
+
+
+def test_debug_and_the_demo_mode_are_off_unless_asked_for(tmp_path):
+    """
+    No environment: DEBUG off, no anonymous mutations, the public development key
+    (which check rindle.E010 refuses). DJANGO_DEBUG=1 (``make demo``) turns demo
+    mode on; the key file ``make demo`` writes is read when DJANGO_SECRET_KEY is unset.
+    """
+    s = probe_settings(tmp_path)
+    assert (s["debug"], s["anonymous_mutations"]) == (False, False)
+    assert s["key"].startswith("django-insecure-")
+    s = probe_settings(tmp_path, DJANGO_DEBUG="1")
+    assert (s["debug"], s["anonymous_mutations"]) == (True, True)
+    (tmp_path / "secret_key").write_text("k3y-from-the-file-" * 4 + "\n")
+    assert probe_settings(tmp_path)["key"] == "k3y-from-the-file-" * 4
+    assert probe_settings(tmp_path, DJANGO_SECRET_KEY="from-env" * 8)["key"] == "from-env" * 8
 
 
 def test_database_url_and_redis_url_select_postgres_and_redis(tmp_path):

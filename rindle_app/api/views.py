@@ -20,10 +20,11 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from .. import leases, named
-from ..adapter import get_adapter
+from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine import InvalidInput, RindleError, Unavailable, get_engine
 from ..engine.mutations import validate_envelope
@@ -167,6 +168,12 @@ class RindleView(FlowMeteredMixin, APIView):
     required_scope = None
     schema = RindleSchema()
 
+    def get_permissions(self):
+        # The project's REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"] guard rindle's
+        # routes too: a request must pass them and the route's own (token scopes).
+        classes = [*api_settings.DEFAULT_PERMISSION_CLASSES, *self.permission_classes]
+        return [permission() for permission in dict.fromkeys(classes)]
+
     def get_exception_handler(self):
         return exception_handler
 
@@ -209,7 +216,7 @@ class QueryView(RindleView):
         data = self.validated(s.QueryRequest)
         name, args, client_id = data["name"], data["args"], data["clientId"]
         _engine, query = resolve(name, args, request.user, client_id)
-        token, info = leases.mint(name, args, request.user, client_id)
+        token, info = leases.mint(name, args, request.user, client_id, token=request.auth)
         return Response(
             {"leaseToken": token, "queryKey": query_key(query), "expiresAt": info["expiresAt"]}
         )
@@ -272,6 +279,7 @@ class MutateView(RindleView):
         },
     )
     def post(self, request):
+        check_anonymous_mutation(request.user)
         data = self.validated(s.MutateRequest)
         single = "envelope" in data
         envelopes = [data["envelope"]] if single else data["envelopes"]

@@ -80,3 +80,10 @@ class Overloaded(Unavailable):
     """The writer's queue is full."""
 
     code = "overloaded"
+
+
+class AnonymousMutationsDisabled(RindleError):
+    """A client mutation from nobody, where anonymous writes are not allowed."""
+
+    code = "anonymous_mutations_disabled"
+    status = 403

@@ -32,9 +32,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from ..adapter import get_adapter
+from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
-from ..engine.errors import MutationGap, RindleError
+from ..engine.errors import AnonymousMutationsDisabled, MutationGap, RindleError
 from ..flow import quota
 from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, QueryRefused, resolve
@@ -342,24 +342,14 @@ class RindleConsumer(AsyncWebsocketConsumer):
         return False
 
     def _lease(self, token):
-        from django.contrib.auth import get_user_model
+        """A lease's query, for the principal it was minted for: this socket's."""
+        from .. import leases
 
         try:
-            from .. import leases
-        except ImportError:  # pragma: no cover - the lease module ships with the HTTP API
-            raise _Refused("lease tokens are not supported here", "unauthorized") from None
-        try:
-            lease = leases.verify(token)
-        except leases.LeaseExpired as exc:
-            raise _Refused(str(exc) or "the lease has expired", "lease_expired") from None
-        except leases.LeaseInvalid as exc:
-            raise _Refused(str(exc) or "invalid lease", "unauthorized") from None
-        user = None
-        if lease.user_id is not None:
-            user = get_user_model().objects.filter(pk=lease.user_id).first()
-            if user is None or not user.is_active:
-                raise _Refused("the lease's user no longer exists", "unauthorized")
-        return lease.name, lease.args, user
+            lease = leases.redeem(token, self.user, self.token)
+        except leases.LeaseError as exc:
+            raise _Refused(exc.message, exc.code) from None
+        return lease.name, lease.args, self.user
 
     def _attach(self, query_id, name, args, user, mode):
         if name == LMID_QUERY_NAME and self.client_id is None:
@@ -390,6 +380,11 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(
                 "the envelope's clientID is not this connection's", code="bad_frame"
             )
+        if not getattr(self.user, "is_authenticated", False):
+            try:  # the adapter's hook may read the database
+                await database_sync_to_async(check_anonymous_mutation)(self.user)
+            except AnonymousMutationsDisabled as exc:
+                return await self._error(exc.message, code=exc.code, mid=envelope["mid"])
         if await self._over_quota(mid=envelope["mid"]):
             return
         engine = self.hub.engine

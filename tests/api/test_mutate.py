@@ -6,6 +6,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from project.demo import models as demo
+from rindle_app.adapter import RindleAdapter
 from rindle_app.engine import Unavailable
 from rindle_app.engine.engine import Engine
 from rindle_app.testing import outbox_high_water
@@ -120,6 +121,46 @@ def test_the_adapter_refusing_a_mutation_rejects_it(engine, machine):
     assert not demo.Issue.objects.exists()
 
 
+ANONYMOUS_WRITES = override_settings(RINDLE={**settings.RINDLE, "ALLOW_ANONYMOUS_MUTATIONS": True})
+
+
+def test_an_anonymous_mutation_is_refused_unless_the_project_opts_in(engine):
+    """403 anonymous_mutations_disabled by default: nothing applied, no lmid row."""
+    before = state()
+    body = {"envelopes": [create("i1", 1), set_status("i1", 2, "done")]}
+    error(post(APIClient(), URL, body), 403, "anonymous_mutations_disabled")
+    assert state() == before
+
+
+class AllowsAnonymousWrites(RindleAdapter):
+    """An adapter that opts in to anonymous writes (instead of the setting)."""
+
+    def allow_anonymous_mutations(self):
+        return True
+
+
+def test_the_adapter_may_opt_in_to_anonymous_writes(engine):
+    with override_settings(RINDLE={**settings.RINDLE, "ADAPTER": AllowsAnonymousWrites}):
+        outcome = post(APIClient(), URL, {"envelope": create("i1", 1)}).json()
+    assert (outcome["rejected"], outcome["reason"]) == (True, "sign in to do this")
+
+
+def test_a_project_wide_is_authenticated_stops_an_anonymous_mutation(engine, machine):
+    """rindle's routes honour REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"] (even opted in)."""
+    drf = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    }
+    before = state()
+    with override_settings(REST_FRAMEWORK=drf), ANONYMOUS_WRITES:
+        error(post(APIClient(), URL, {"envelope": create("i1", 1)}), 401, "not_authenticated")
+        assert state() == before
+        error(post(APIClient(), "/api/rindle/read", {"name": "users"}), 401, "not_authenticated")
+        outcome = post(machine, URL, {"envelope": create("i1", 1)}).json()
+    assert outcome["accepted"] is True
+
+
+@ANONYMOUS_WRITES
 def test_an_anonymous_mutation_runs_as_the_anonymous_user(engine):
     """The acting user is request.user: the demo's createIssue refuses anonymous authors."""
     outcome = post(APIClient(), URL, {"envelope": create("i1", 1)}).json()

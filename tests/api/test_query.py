@@ -42,6 +42,8 @@ def test_a_token_client_needs_no_csrf_token(engine, machine, alice):
         alice.pk,
         None,
     )
+    # Bound to the token that asked: only a socket with that token may redeem it.
+    assert lease.token_prefix == machine.token.prefix
 
 
 def test_an_anonymous_visitor_gets_a_lease_without_a_user(engine):

@@ -2,10 +2,9 @@
 
 import re
 
-from django.test import Client
-
 from rindle_app.flow import REASONS, Refusal, Transfer
 
+from ..conftest import scrape_metrics
 from .conftest import NOW, day_at
 
 
@@ -28,7 +27,7 @@ def test_a_scrape_shows_todays_flow_from_memory_without_a_query(ledger, django_a
     ledger.auth_failure("umbrella", day_at(0))
     ledger.auth_failure("umbrella", day_at(0))
     with django_assert_num_queries(0):
-        text = Client().get("/metrics").content.decode()
+        text = scrape_metrics()
     got = samples(text)
     db = 'database="default"'
     assert got[("rindle_flow_bytes_today", f'{db},direction="in"')] == 125
@@ -55,6 +54,6 @@ def test_without_a_ledger_the_flow_series_have_no_samples(ledger, monkeypatch):
     from rindle_app import flow
 
     monkeypatch.setattr(flow, "_ledgers", {})
-    text = Client().get("/metrics").content.decode()
+    text = scrape_metrics()
     assert "# TYPE rindle_flow_bytes_today gauge" in text
     assert samples(text) == {}

@@ -132,3 +132,56 @@ async def test_only_sockets_with_credentials_re_check_them(alice, settings, monk
     assert checked and all(checked)  # the token socket re-checked, the anonymous one never
     await anonymous.close()
     await machine.close()
+
+
+async def session_socket(user):
+    http = HttpClient()
+    await db(http.force_login)(user)
+    client = Client(
+        headers=[ORIGIN, (b"cookie", f"sessionid={http.cookies['sessionid'].value}".encode())]
+    )
+    assert await client.connect()
+    return client
+
+
+async def lease_reply(client, lease):
+    await client.send({"t": "subscribe", "queryId": 7, "leaseToken": lease, "mode": "normalized"})
+    return await client.recv()
+
+
+async def test_a_lease_is_redeemed_only_by_the_principal_it_was_minted_for(alice):
+    """
+    A lease minted for alice's session, for alice's token or for nobody subscribes
+    only on a socket of that same principal; any other socket gets a queryError
+    lease_principal_mismatch and no subscription, and stays open.
+    """
+    from rindle_app import leases
+
+    bob = await db(get_user_model().objects.create_user)("bob")
+    raw1, t1 = await db(tokens.create)(alice, ["read"])
+    raw2, _t2 = await db(tokens.create)(alice, ["read"])
+    for_session = leases.mint("users", None, alice)[0]
+    for_token = leases.mint("users", None, alice, token=t1)[0]
+    for_nobody = leases.mint("users", None, None)[0]
+    sockets = {
+        "alice": await session_socket(alice),
+        "bob": await session_socket(bob),
+        "nobody": Client(),
+        "token 1": Client(headers=bearer(raw1)),
+        "token 2": Client(headers=bearer(raw2)),
+    }
+    for name in ("nobody", "token 1", "token 2"):
+        assert await sockets[name].connect()
+    allowed = {("alice", for_session), ("token 1", for_token), ("nobody", for_nobody)}
+    for name, client in sockets.items():
+        for lease in (for_session, for_token, for_nobody):
+            reply = await lease_reply(client, lease)
+            if (name, lease) in allowed:
+                assert reply["t"] == "nhello", (name, reply)
+                await client.recv_until("progress")
+                await client.send({"t": "unsubscribe", "queryId": 7})
+            else:
+                assert reply["t"] == "queryError", (name, reply)
+                assert (reply["queryId"], reply["code"]) == (7, "lease_principal_mismatch")
+    for client in sockets.values():
+        await client.close()

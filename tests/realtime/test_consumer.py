@@ -180,7 +180,27 @@ async def test_a_named_query_with_relationships_and_counts(live):
 # --- mutations and the lmid system query ------------------------------------------------
 
 
-async def test_push_mutation_confirms_through_the_lmid_query(live):
+def allow_anonymous_writes(settings):
+    settings.RINDLE = {**settings.RINDLE, "ALLOW_ANONYMOUS_MUTATIONS": True}
+
+
+async def test_an_anonymous_push_mutation_is_refused_unless_the_project_opts_in(live):
+    """An error frame anonymous_mutations_disabled: no lmid, no row, socket open."""
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "init", "clientID": "c1"})
+    env = {"clientID": "c1", "mid": 1, "name": "setStatus", "args": {}}
+    await client.send({"t": "pushMutation", "envelope": env})
+    reply = await client.recv()
+    assert (reply["t"], reply["code"], reply["mid"]) == ("error", "anonymous_mutations_disabled", 1)
+    assert await db(lambda: live.client_lmid("c1"))() == 0
+    await client.send({"t": "subscribe", "queryId": 1, "name": "users", "mode": "normalized"})
+    assert (await client.recv())["t"] == "nhello"  # still open
+    await client.close()
+
+
+async def test_push_mutation_confirms_through_the_lmid_query(live, settings):
+    allow_anonymous_writes(settings)
     client = Client()
     assert await client.connect()
     await client.send({"t": "init", "clientID": "c1"})
@@ -491,7 +511,7 @@ async def test_connection_churn_leaves_no_state_behind(live):
     assert hub.catalog._by_sub == {}
 
 
-async def test_a_busy_hub_lock_does_not_stall_the_event_loop(live):
+async def test_a_busy_hub_lock_does_not_stall_the_event_loop(live, settings):
     """
     A long hydration holds the hub's lock; a socket's mutation waits for it, but every
     other socket keeps being served (nothing on the event loop takes that lock).
@@ -502,6 +522,7 @@ async def test_a_busy_hub_lock_does_not_stall_the_event_loop(live):
 
     from rindle_app.realtime.hub import get_hub
 
+    allow_anonymous_writes(settings)
     a, b = Client(), Client()
     assert await a.connect() and await b.connect()
     await a.send({"t": "init", "clientID": "busy-a"})
