@@ -4,19 +4,24 @@ Lease tokens: a signed, short-lived permission to subscribe to one named query.
 ``POST /api/rindle/query`` resolves and authorizes a named query, then mints a lease
 over its name, its arguments as sent, the principal that asked (the user's id, and
 the bearer token's prefix for a token request) and the client id. The websocket
-consumer redeems the lease only for that same principal (``redeem``: another user,
-an anonymous socket or another token is refused with ``lease_principal_mismatch``)
-and resolves the query again as the socket's user, so the arguments and the read
-rules are checked at subscribe time too; the lease only proves that this server
-issued it, to whom, and when::
+consumer redeems the lease only for that same principal, and resolves the query
+again as that principal, so the arguments and the read rules are checked at
+subscribe time too; the lease only proves that this server issued it, to whom, and
+when. A socket that authenticated (a session user or a bearer token) redeems only
+leases minted for itself (``redeem``: another user or token is refused with
+``lease_principal_mismatch``). A socket with no credentials of its own may present a
+session user's lease as its credential (``redeem_as_credential``): the original's
+daemon deployment, where the browser holds only leases. Its first lease binds it:
+every later lease on that socket must name the same user, and a lease minted for a
+bearer token is redeemed only with that token::
 
     token, info = leases.mint("issuesPage", {"limit": 50}, request.user, token=request.auth)
     lease = leases.redeem(token, socket_user, socket_token)  # Lease(name, args, user_id, ...)
 
 Tokens are signed with ``SECRET_KEY`` (``django.core.signing``, salt
 ``"rindle.lease"``) and expire ``RINDLE["LEASE_TTL"]`` seconds after they are minted.
-A leaked lease is no credential of its own: only its principal may redeem it, and
-an anonymous lease grants what any anonymous socket may read anyway.
+A leaked lease grants at most one named query, as its user, until it expires
+(``LEASE_TTL``), and never on a socket authenticated as someone else.
 """
 
 import time
@@ -112,6 +117,38 @@ def redeem(token, user, auth_token=None):
             "for a lease of your own"
         )
     return lease
+
+
+UNBOUND = object()
+
+
+def redeem_as_credential(token, bound=UNBOUND):
+    """
+    The ``Lease`` of ``token`` for a caller with no credentials of its own, whose
+    earlier leases named ``bound`` (a user id, None for anonymous; ``UNBOUND`` for
+    its first lease). A lease of another user than ``bound``, or one minted for a
+    bearer token, raises ``LeasePrincipalMismatch``.
+    """
+    lease = verify(token)
+    if lease.token_prefix is not None or (bound is not UNBOUND and lease.user_id != bound):
+        raise LeasePrincipalMismatch(
+            "this lease was minted for a bearer token or for another user than this "
+            "socket's earlier leases; present it with its own credentials"
+        )
+    return lease
+
+
+def lease_user(lease):
+    """The active user a lease acts as (``AnonymousUser`` for an anonymous lease)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import AnonymousUser
+
+    if lease.user_id is None:
+        return AnonymousUser()
+    user = get_user_model().objects.filter(pk=lease.user_id).first()
+    if user is None or not user.is_active:
+        raise LeaseInvalid("the lease's user no longer exists")
+    return user
 
 
 def _token_prefix(token):

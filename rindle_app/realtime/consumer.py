@@ -32,6 +32,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
+from .. import leases
 from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine.errors import AnonymousMutationsDisabled, MutationGap, RindleError
@@ -62,6 +63,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     hub = None
     token = None
+    # A socket without credentials is bound to the user of its first lease.
+    _lease_principal = leases.UNBOUND
     meter = None
     # Set when the client frame being handled is refused (its bytes are not a transfer).
     _refused = False
@@ -342,14 +345,20 @@ class RindleConsumer(AsyncWebsocketConsumer):
         return False
 
     def _lease(self, token):
-        """A lease's query, for the principal it was minted for: this socket's."""
-        from .. import leases
-
+        """
+        A lease's query and the user it acts as: the socket's own principal, or for
+        a socket without credentials the user of its first lease (see ``leases``).
+        """
         try:
-            lease = leases.redeem(token, self.user, self.token)
+            if self.token is not None or getattr(self.user, "is_authenticated", False):
+                lease = leases.redeem(token, self.user, self.token)
+                return lease.name, lease.args, self.user
+            lease = leases.redeem_as_credential(token, self._lease_principal)
+            user = leases.lease_user(lease)
         except leases.LeaseError as exc:
             raise _Refused(exc.message, exc.code) from None
-        return lease.name, lease.args, self.user
+        self._lease_principal = lease.user_id
+        return lease.name, lease.args, user
 
     def _attach(self, query_id, name, args, user, mode):
         if name == LMID_QUERY_NAME and self.client_id is None:

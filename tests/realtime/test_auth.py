@@ -152,8 +152,8 @@ async def lease_reply(client, lease):
 async def test_a_lease_is_redeemed_only_by_the_principal_it_was_minted_for(alice):
     """
     A lease minted for alice's session, for alice's token or for nobody subscribes
-    only on a socket of that same principal; any other socket gets a queryError
-    lease_principal_mismatch and no subscription, and stays open.
+    on a socket of that same principal; a socket authenticated as anyone else gets a
+    queryError lease_principal_mismatch and no subscription, and stays open.
     """
     from rindle_app import leases
 
@@ -166,13 +166,12 @@ async def test_a_lease_is_redeemed_only_by_the_principal_it_was_minted_for(alice
     sockets = {
         "alice": await session_socket(alice),
         "bob": await session_socket(bob),
-        "nobody": Client(),
         "token 1": Client(headers=bearer(raw1)),
         "token 2": Client(headers=bearer(raw2)),
     }
-    for name in ("nobody", "token 1", "token 2"):
+    for name in ("token 1", "token 2"):
         assert await sockets[name].connect()
-    allowed = {("alice", for_session), ("token 1", for_token), ("nobody", for_nobody)}
+    allowed = {("alice", for_session), ("token 1", for_token)}
     for name, client in sockets.items():
         for lease in (for_session, for_token, for_nobody):
             reply = await lease_reply(client, lease)
@@ -185,3 +184,48 @@ async def test_a_lease_is_redeemed_only_by_the_principal_it_was_minted_for(alice
                 assert (reply["queryId"], reply["code"]) == (7, "lease_principal_mismatch")
     for client in sockets.values():
         await client.close()
+
+
+async def test_a_socket_without_credentials_is_bound_to_its_first_lease(alice):
+    """
+    A socket with no session or token may present a session user's lease as its
+    credential (the daemon deployment, where the browser holds only leases). Its
+    first lease binds it: a lease of another user, or one minted for a bearer token,
+    is refused with lease_principal_mismatch, and the socket stays open.
+    """
+    from rindle_app import leases
+
+    bob = await db(get_user_model().objects.create_user)("bob")
+    _raw, t1 = await db(tokens.create)(alice, ["read"])
+    for_alice = leases.mint("users", None, alice)[0]
+    for_bob = leases.mint("users", None, bob)[0]
+    for_token = leases.mint("users", None, alice, token=t1)[0]
+    for_nobody = leases.mint("users", None, None)[0]
+
+    client = Client()
+    assert await client.connect()
+    for lease, accepted in (
+        (for_token, False),
+        (for_alice, True),
+        (for_bob, False),
+        (for_nobody, False),
+        (for_alice, True),
+    ):
+        reply = await lease_reply(client, lease)
+        if accepted:
+            assert reply["t"] == "nhello", reply
+            await client.recv_until("progress")
+            await client.send({"t": "unsubscribe", "queryId": 7})
+        else:
+            assert (reply["t"], reply["code"]) == ("queryError", "lease_principal_mismatch")
+    await client.close()
+
+    anonymous = Client()
+    assert await anonymous.connect()
+    for lease, accepted in ((for_nobody, True), (for_alice, False)):
+        reply = await lease_reply(anonymous, lease)
+        assert reply["t"] == ("nhello" if accepted else "queryError"), reply
+        if accepted:
+            await anonymous.recv_until("progress")
+            await anonymous.send({"t": "unsubscribe", "queryId": 7})
+    await anonymous.close()
