@@ -1,12 +1,18 @@
-"""Every POST route of rindle answers a hostile JSON body with a 400 envelope, never a 500."""
+"""
+Every POST route of rindle answers a hostile JSON body with a 400 envelope, never a
+500; a named query's own bug is a 500 envelope with ``internal_error``, logged.
+"""
+
+import logging
 
 import pytest
 from django.urls import URLPattern, reverse
 
 from rindle_app import tokens
 from rindle_app import urls as rindle_urls
+from rindle_app.named import named_query
 
-from .conftest import post, state, token_client
+from .conftest import error, post, state, token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,4 +65,24 @@ def test_hostile_bodies_get_a_400_envelope_on_every_post_route(engine, alice, bo
         # public SQL answers in its own plane's vocabulary (SqlError)
         assert error["code"] in ("parse_error", "PROTOCOL_ERROR"), (name, error)
         assert "JSON parse error" in error["message"], (name, error)
+    assert state() == before
+
+
+@named_query("apiTestExploding")
+def exploding(args, ctx):
+    raise ZeroDivisionError("a bug in the query builder")
+
+
+@pytest.mark.parametrize("url", ["/api/rindle/read", "/api/rindle/query"])
+def test_a_failing_named_query_is_a_json_internal_error_and_logged(
+    engine, machine, url, caplog, monkeypatch, settings
+):
+    """A bug in a named query is answered with the envelope (not a traceback page) and logged."""
+    settings.DEBUG = True
+    monkeypatch.setattr(logging.getLogger("rindle"), "propagate", True)
+    before = state()
+    response = post(machine, url, {"name": "apiTestExploding", "args": None, "clientId": "c1"})
+    error(response, 500, "internal_error")
+    assert "apiTestExploding" in response.json()["error"]["message"]
+    assert "ZeroDivisionError: a bug in the query builder" in caplog.text
     assert state() == before

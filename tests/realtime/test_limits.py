@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 
 from project.demo.models import User
 from rindle_app import tokens
+from rindle_app.engine import mutator
 from rindle_app.named import named_query
 from rindle_app.realtime import limits
 from rindle_app.realtime.hub import get_hub
@@ -212,4 +213,22 @@ async def test_a_failing_adapter_during_a_mutation_is_answered(live, settings, l
     reply = await client.recv()
     assert reply["t"] == "error" and reply["code"] == "internal_error" and reply["mid"] == 1
     assert "authorize_mutation is broken" in log.text
+    await client.close()
+
+
+@mutator("rtExplodingMutator")
+def exploding_mutator(tx, args, user):
+    raise Boom("a bug in the mutator")
+
+
+async def test_a_failing_mutator_is_rejected_and_its_traceback_logged(live, log):
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "init", "clientID": "c1"})
+    env = {"clientID": "c1", "mid": 1, "name": "rtExplodingMutator", "args": {}}
+    await client.send({"t": "pushMutation", "envelope": env})
+    reply = await client.recv()
+    assert reply["t"] == "mutationOutcome" and reply["kind"] == "rejected" and reply["mid"] == 1
+    assert "Boom" in reply["reason"]
+    assert "Boom: a bug in the mutator" in log.text and "Traceback" in log.text
     await client.close()
