@@ -235,6 +235,7 @@ class Hub:
             if conn.closed:
                 return None
             limits.check_subscriptions(conn, query_id)
+            limits.check_footprint(self.catalog, conn, replacing=query_id)
             old = conn.subs.pop(query_id, None)
             if old is not None:
                 self._drop(old)

@@ -6,8 +6,9 @@ What one socket and one principal may hold (``RINDLE`` settings of the same name
 - ``WS_MAX_FOOTPRINT_ROWS``: rows the socket's subscriptions hold together (each
   subscription's view footprint, ``View.footprint``). Known only once the view is
   hydrated, so an over-budget subscription is built, counted and dropped at once:
-  its memory goes back as soon as the refusal is sent. It is checked at subscribe:
-  a subscription that grows afterwards is not cut (its client's view would tear).
+  its memory goes back as soon as the refusal is sent; a socket whose budget is
+  already full is refused before anything is built. It is checked at subscribe: a
+  subscription that grows afterwards is not cut (its client's view would tear).
 - ``WS_MAX_SEND_BYTES``: the largest frame the server may write (Daphne's own
   outgoing limit, ``--websocket-max-message-size``, refuses anything larger, and
   the write would otherwise fail where nobody hears it).
@@ -51,19 +52,26 @@ def check_subscriptions(conn, query_id):
         )
 
 
-def check_footprint(catalog, conn):
-    """Refuse when the socket's subscriptions hold more than ``WS_MAX_FOOTPRINT_ROWS``."""
+def check_footprint(catalog, conn, *, replacing=None):
+    """
+    Refuse when the socket's subscriptions hold more than ``WS_MAX_FOOTPRINT_ROWS``.
+
+    With ``replacing`` (the queryId about to be subscribed, before its view is
+    built), refuse already when the other subscriptions fill the budget: a socket
+    at its cap is refused without hydrating anything.
+    """
     cap = _cap("WS_MAX_FOOTPRINT_ROWS")
     if cap is None:
         return
     queries = catalog.queries
     rows = 0
-    for sub in conn.subs.values():
+    for query_id, sub in conn.subs.items():
         shared = queries.get(sub.key)
-        rows += len(getattr(shared.view, "footprint", ())) if shared is not None else 0
-    if rows > cap:
+        if shared is not None and query_id != replacing:
+            rows += len(getattr(shared.view, "footprint", ()))
+    if rows > cap or (replacing is not None and rows >= cap):
         raise LimitExceeded(
-            f"this socket's subscriptions would hold {rows} rows; the limit is "
+            f"this socket's subscriptions would hold {rows} rows or more; the limit is "
             f"WS_MAX_FOOTPRINT_ROWS = {cap}",
             "footprint_too_large",
         )

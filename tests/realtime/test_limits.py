@@ -122,6 +122,7 @@ async def test_a_socket_holds_at_most_ws_max_footprint_rows(live, settings):
     assert "WS_MAX_FOOTPRINT_ROWS = 30" in refusal["message"]
     hub = await db(get_hub)()
     assert sorted(next(iter(hub.conns.values())).subs) == [1]
+    assert len(hub.catalog.queries) == 1
     # The subscription it holds goes on receiving its changes.
     await db(User.objects.create)(id="new", name="Ada")
     batch, _progress = await client.recv_until("progress")
@@ -231,4 +232,21 @@ async def test_a_failing_mutator_is_rejected_and_its_traceback_logged(live, log)
     assert reply["t"] == "mutationOutcome" and reply["kind"] == "rejected" and reply["mid"] == 1
     assert "Boom" in reply["reason"]
     assert "Boom: a bug in the mutator" in log.text and "Traceback" in log.text
+    await client.close()
+
+
+async def test_a_socket_with_a_full_footprint_is_refused_before_any_hydration(live, settings):
+    await db(seed_users)(20)
+    limit(settings, WS_MAX_FOOTPRINT_ROWS=20)
+    client = Client()
+    assert await client.connect()
+    assert len((await subscribe(client, 1, "users"))[1]["batch"]["ops"]) == 20  # 20 <= 20
+    hub = await db(get_hub)()
+    registered = []
+    register = hub.catalog.register
+    hub.catalog.register = lambda ast: registered.append(ast) or register(ast)
+    (refusal,) = await subscribe(client, 2, "tagOptions")  # no rows, but the budget is full
+    assert refusal["code"] == "footprint_too_large" and registered == []
+    # Re-subscribing the queryId that holds the rows is not refused: its rows are replaced.
+    assert (await subscribe(client, 1, "users"))[0]["hello"]["epoch"] == 2
     await client.close()
