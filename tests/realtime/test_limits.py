@@ -17,6 +17,7 @@ from rindle_app import tokens
 from rindle_app.engine import mutator
 from rindle_app.named import named_query
 from rindle_app.realtime import limits
+from rindle_app.realtime.consumer import RindleConsumer
 from rindle_app.realtime.hub import get_hub
 
 from .conftest import ORIGIN, Client, application
@@ -250,3 +251,32 @@ async def test_a_socket_with_a_full_footprint_is_refused_before_any_hydration(li
     # Re-subscribing the queryId that holds the rows is not refused: its rows are replaced.
     assert (await subscribe(client, 1, "users"))[0]["hello"]["epoch"] == 2
     await client.close()
+
+
+async def test_a_frame_the_server_cannot_write_closes_the_socket_loudly(
+    live, settings, monkeypatch, log
+):
+    """
+    Daphne raises on a message over its own limit; that write once failed silently and
+    the client waited forever after its hello. Now it is logged and the socket closed.
+    """
+    await db(seed_users)(50)
+    limit(settings, WS_MAX_SEND_BYTES=None)  # as if rindle's limit were above Daphne's
+    real = RindleConsumer.__call__
+
+    async def call(self, scope, receive, send):
+        async def daphne_send(message):
+            if message["type"] == "websocket.send" and len(message.get("text") or "") > 1000:
+                raise RuntimeError("tried to send WebSocket message exceeding payload limit")
+            await send(message)
+
+        return await real(self, scope, receive, daphne_send)
+
+    monkeypatch.setattr(RindleConsumer, "__call__", call)
+    client = Client()
+    assert await client.connect()
+    await client.send({"t": "subscribe", "queryId": 1, "name": "users", "mode": "normalized"})
+    assert (await client.recv())["t"] == "nhello"
+    closed = await client.comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4500}
+    assert "a frame could not be written" in log.text and "payload limit" in log.text
