@@ -108,6 +108,24 @@ DEFAULTS = {
     # (REMOTE_ADDR in these IPs or CIDR networks), "STAFF" (a staff session; default
     # True), "OPEN" (True: anyone).
     "METRICS_AUTH": None,
+    # Issue 13 (realtime limits): what one socket and one principal may hold.
+    # Subscriptions one socket may hold at once (the lmid query included); one more
+    # is refused with queryError too_many_subscriptions.
+    "WS_MAX_SUBSCRIPTIONS": 100,
+    # Rows the subscriptions of one socket may hold together (each subscription's
+    # view footprint: every base row it shows, counts included); a subscribe that
+    # would go past it is refused with queryError footprint_too_large. None: no cap.
+    "WS_MAX_FOOTPRINT_ROWS": 20_000,
+    # Open sockets per principal in this process: a user, a token, or for
+    # anonymous sockets the client address (scope["client"]; behind a proxy, run
+    # Daphne with --proxy-headers). One more is accepted and closed with 4429.
+    # None: no cap.
+    "WS_MAX_SOCKETS_PER_PRINCIPAL": 32,
+    # Largest server frame, in UTF-8 bytes: Daphne refuses to send a message over
+    # its --websocket-max-message-size (1 MiB by default), so this must not exceed
+    # it. A snapshot over it is refused with queryError result_too_large; an
+    # increment over it drops the subscription with batch_too_large (retryable).
+    "WS_MAX_SEND_BYTES": 1024 * 1024,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

@@ -25,8 +25,10 @@ no arguments: null, {} or a missing value). Modules named ``RINDLE["QUERIES_MODU
 ("queries") in installed apps are imported at startup.
 """
 
+import contextlib
 import copy
 import json
+import logging
 from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied
@@ -38,11 +40,16 @@ from .engine.mutations import LEDGER
 
 LMID_QUERY_NAME = "_rindle/clientLmid"
 
+logger = logging.getLogger("rindle.named")
+
 _registry = {}
 
 
 class QueryRefused(Exception):
-    """A named query that cannot be run: ``code`` is unknown_query, invalid_args or unauthorized."""
+    """
+    A named query that cannot be run: ``code`` is unknown_query, invalid_args,
+    unauthorized, or internal_error (the server's own code failed; logged).
+    """
 
     def __init__(self, message, code):
         super().__init__(message)
@@ -138,17 +145,40 @@ def resolve(name, args, user=None, *, client_id=None):
         raise QueryRefused("arguments must be JSON", "invalid_args") from None
     if len(encoded.encode()) > int(rindle_settings.MAX_ARGS_BYTES):
         raise QueryRefused("arguments are too large", "invalid_args")
-    clean = entry.validate(args)
+    with _answered(name, "validating the arguments of"):
+        clean = entry.validate(args)
     adapter = get_adapter()
     try:
-        allowed = adapter.authorize_query(user, name, clean)
+        with _answered(name, "authorizing"):
+            allowed = adapter.authorize_query(user, name, clean)
     except PermissionDenied as exc:
         raise QueryRefused(str(exc) or f"not allowed to read {name!r}", "unauthorized") from None
     if allowed is False:
         raise QueryRefused(f"not allowed to read {name!r}", "unauthorized")
-    built = entry.build(clean, Context(user=user, client_id=client_id))
-    ast = built.build() if hasattr(built, "build") else copy.deepcopy(built)
-    return compile_permissions(ast, adapter.read_rules(user) or {})
+    with _answered(name, "building"):
+        built = entry.build(clean, Context(user=user, client_id=client_id))
+        ast = built.build() if hasattr(built, "build") else copy.deepcopy(built)
+    with _answered(name, "applying the read rules to"):
+        rules = adapter.read_rules(user) or {}
+    return compile_permissions(ast, rules)
+
+
+@contextlib.contextmanager
+def _answered(name, doing):
+    """
+    Turn a server-side bug (in a query builder, a serializer, the adapter) into
+    ``QueryRefused(code="internal_error")``, traceback logged: the caller is
+    always answered, never left waiting.
+    """
+    try:
+        yield
+    except (QueryRefused, PermissionDenied):
+        raise
+    except Exception as exc:
+        logger.exception("rindle: %s named query %r failed", doing, name)
+        raise QueryRefused(
+            f"the server failed {doing} query {name!r} ({type(exc).__name__})", "internal_error"
+        ) from exc
 
 
 def compile_permissions(ast, rules):

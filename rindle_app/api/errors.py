@@ -15,7 +15,12 @@ from ..named import QueryRefused
 
 logger = logging.getLogger("rindle.api")
 
-QUERY_REFUSED_STATUS = {"unknown_query": 404, "invalid_args": 400, "unauthorized": 403}
+QUERY_REFUSED_STATUS = {
+    "unknown_query": 404,
+    "invalid_args": 400,
+    "unauthorized": 403,
+    "internal_error": 500,  # a named query's own code failed (logged): still an envelope
+}
 RETRY_AFTER_SECONDS = 1
 
 

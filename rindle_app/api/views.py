@@ -17,7 +17,6 @@ import logging
 from django.db import DatabaseError
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -34,6 +33,7 @@ from ..ivm.ast import QueryError, parse, query_key
 from ..stream.reader import read_query
 from . import serializers as s
 from .errors import exception_handler
+from .parsers import StrictJSONParser
 from .permissions import IsAuthenticatedWithScope, TokenHasScope
 
 BOOT_ID_HEADER = "Rindle-Boot-Id"
@@ -162,7 +162,7 @@ class RindleView(FlowMeteredMixin, APIView):
     caller's traffic counted in the usage ledger (``FlowMeteredMixin``).
     """
 
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     permission_classes = [TokenHasScope]
     required_scope = None

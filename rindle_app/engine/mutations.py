@@ -11,6 +11,7 @@ advances nothing and is retryable.
 """
 
 import json
+import logging
 from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
@@ -22,6 +23,8 @@ from ..conf import rindle_settings
 from . import capture
 from .errors import InvalidInput, MutationGap, RindleError
 from .writer import is_infrastructure_error
+
+logger = logging.getLogger("rindle.engine")
 
 LEDGER = "_rindle_client_mutations"
 MAX_CLIENT_ID_LENGTH = 255
@@ -168,6 +171,9 @@ def classify(exc):
         return "data_error", str(exc)
     if isinstance(exc, DjangoValidationError):
         return "invalid_args", "; ".join(exc.messages)
+    # Not a business rule: a bug in the mutator. The client gets a rejection; the
+    # operator gets the traceback.
+    logger.error("rindle: a mutator raised %s", type(exc).__name__, exc_info=exc)
     return "mutator_error", f"{type(exc).__name__}: {exc}"
 
 

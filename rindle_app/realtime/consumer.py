@@ -21,7 +21,6 @@ would leave the client's views torn; the socket's next subscribe is refused).
 
 import asyncio
 import collections
-import json
 import logging
 import random
 import time
@@ -32,20 +31,21 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from .. import leases
+from .. import leases, strictjson
 from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine.errors import AnonymousMutationsDisabled, MutationGap, RindleError
 from ..flow import quota
 from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, QueryRefused, resolve
-from . import wire
+from . import limits, wire
 from .hub import get_hub
 
 logger = logging.getLogger("rindle.realtime")
 
 MODES = ("flat", "normalized")
 CLOSE_UNAUTHORIZED = 4401
+CLOSE_SEND_FAILED = 4500
 MAX_QUERY_ID = 2**31 - 1
 MAX_CLIENT_ID = 128
 
@@ -66,6 +66,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
     # A socket without credentials is bound to the user of its first lease.
     _lease_principal = leases.UNBOUND
     meter = None
+    _principal = None  # the key this socket is counted under (hub.sockets)
     # Set when the client frame being handled is refused (its bytes are not a transfer).
     _refused = False
     # Frames come straight from the hub (see hub.py), so the consumer listens on no
@@ -85,6 +86,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 return
             self.user, self.token = found
         self.hub, self.meter = await sync_to_async(self._start, thread_sensitive=False)()
+        if not await self._admit_principal():
+            return
         self._backlog = None  # batches queued behind a write that waits for the socket
         self._broken = False  # a write failed: the socket is going away
         self.conn = await sync_to_async(self.hub.connect, thread_sensitive=False)(
@@ -96,6 +99,16 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if self.token is not None or getattr(self.user, "is_authenticated", False):
             # An anonymous socket has nothing to revoke, so it runs no re-check.
             self._recheck = asyncio.ensure_future(self._recheck_credentials())
+
+    async def _admit_principal(self):
+        """Count the socket under its principal; over the cap it is closed with 4429."""
+        key = limits.principal(self.scope, self.user, self.token)
+        if self.hub.sockets.acquire(key):
+            self._principal = key
+            return True
+        await self.accept()  # a close code reaches the client only after the handshake
+        await self.close(code=limits.CLOSE_TOO_MANY_SOCKETS)
+        return False
 
     def _start(self):
         """The hub, and the socket's meter with its quota seeded (may read the store)."""
@@ -112,6 +125,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
         for task in (getattr(self, "_recheck", None), getattr(self, "_sender", None)):
             if task is not None:
                 task.cancel()
+        if self._principal is not None:
+            self.hub.sockets.release(self._principal)
+            self._principal = None
         if self.hub is not None:
             await sync_to_async(self.hub.disconnect, thread_sensitive=False)(self.channel_name)
 
@@ -193,8 +209,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
             for frame in () if self._broken else frames:  # a broken socket drops them
                 await send({"type": "websocket.send", "text": frame})
                 sent += len(frame) if frame.isascii() else len(frame.encode())
-        except Exception:  # the socket closed under us; disconnect() cleans up
+        except Exception:  # the frames that follow would tear the client's views
+            logger.exception("rindle consumer: a frame could not be written; closing")
             self._broken = True
+            asyncio.ensure_future(self.close(code=CLOSE_SEND_FAILED))
         finally:
             self.conn.sent += 1
             if sent:
@@ -231,9 +249,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if not self._admit():
             return await self._error("too many frames; slow down", code="rate_limited")
         try:
-            msg = json.loads(text_data)
-        except ValueError as exc:
-            return await self._error(f"malformed JSON: {exc}", code="bad_frame")
+            msg = strictjson.loads(text_data)
+        except strictjson.BadJSON as exc:
+            return await self._error(str(exc), code="bad_frame")
         if not isinstance(msg, dict):
             return await self._error("a frame is a JSON object", code="bad_frame")
         kind = msg.get("t")
@@ -250,7 +268,11 @@ class RindleConsumer(AsyncWebsocketConsumer):
         )
         if handler is None:
             return await self._error(f"unknown frame type {kind!r}", code="bad_frame")
-        await handler(msg)
+        try:
+            await handler(msg)
+        except Exception:  # a server bug: answered, logged, and the socket stays open
+            logger.exception("rindle consumer: %s frame failed", kind)
+            await self._error(f"the server failed to handle this {kind} frame", "internal_error")
 
     def _admit(self):
         now = time.monotonic()
@@ -323,6 +345,11 @@ class RindleConsumer(AsyncWebsocketConsumer):
             await self._query_error(query_id, exc.message, exc.code)
         except QueryError as exc:
             await self._query_error(query_id, f"invalid query: {exc}", "invalid_query")
+        except Exception:  # a named query's or a read rule's bug: never silence
+            logger.exception("rindle consumer: subscribe to %r failed", name)
+            await self._query_error(
+                query_id, f"the server failed to run {name!r}", "internal_error"
+            )
 
     async def _over_quota(self, query_id=None, mid=None):
         """Refuse the frame if the socket's namespace is over quota (memory only)."""
@@ -363,6 +390,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
     def _attach(self, query_id, name, args, user, mode):
         if name == LMID_QUERY_NAME and self.client_id is None:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", "invalid_args")
+        limits.check_subscriptions(self.conn, query_id)  # before any work (the hub re-checks)
         ast = resolve(name, args, user, client_id=self.client_id)
         self.hub.subscribe(self.conn, query_id, ast, mode)
 
@@ -419,6 +447,11 @@ class RindleConsumer(AsyncWebsocketConsumer):
             outcome = (
                 wire.error(str(exc), exc.code, mid=envelope["mid"], retryable=exc.retryable),
             )
+        except Exception:  # a mutator's or an adapter's bug: answered, with the traceback logged
+            logger.exception("rindle consumer: mutation %r failed", envelope["name"])
+            self._refuse("internal_error")
+            message = f"the server failed to run mutation {envelope['name']!r}"
+            outcome = (wire.error(message, "internal_error", mid=envelope["mid"], retryable=False),)
         else:
             if result.status == "rejected":
                 reason = result.reason or result.code or "rejected"

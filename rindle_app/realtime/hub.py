@@ -33,6 +33,7 @@ dropped and each is told ``shed`` (retryable), so it re-subscribes later; nobody
 else waits for it.
 """
 
+import contextlib
 import logging
 import threading
 import time
@@ -44,7 +45,7 @@ from ..conf import rindle_settings
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
 from ..stream.notify import Listener
-from . import wire
+from . import limits, wire
 
 logger = logging.getLogger("rindle.realtime")
 
@@ -93,6 +94,7 @@ class Hub:
         self.lock = threading.RLock()
         self.live = None
         self.conns = {}
+        self.sockets = limits.Sockets()  # open sockets per principal (the consumer counts)
         self._encoded = {}  # query key -> _Encoded
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -232,6 +234,8 @@ class Hub:
         with self.lock:
             if conn.closed:
                 return None
+            limits.check_subscriptions(conn, query_id)
+            limits.check_footprint(self.catalog, conn, replacing=query_id)
             old = conn.subs.pop(query_id, None)
             if old is not None:
                 self._drop(old)
@@ -242,6 +246,8 @@ class Hub:
             sub = Sub(conn, query_id, epoch, mode, shared.key)
             ops = self.catalog.attach(shared.key, sub)
             conn.subs[query_id] = sub
+            with self._refusing(sub):
+                limits.check_footprint(self.catalog, conn)
             cv = self.catalog.version
             boot = self.engine.boot_id
             if mode == "flat":
@@ -253,9 +259,22 @@ class Hub:
                 hello = wire.nhello(query_id, epoch, encoded.shape, boot)
                 ops_json = wire.dumps(encoded.shape.ops(ops))
                 data = wire.nbatch(query_id, epoch, 0, encoded.shape.fp, ops_json, cv)
+            with self._refusing(sub):
+                limits.check_snapshot(data, query_id)
             self._deliver(conn, [hello, data, wire.progress(cv)])
             self._dispatch()
             return sub
+
+    @contextlib.contextmanager
+    def _refusing(self, sub):
+        """Drop ``sub`` again if the block raises (a limit refused it; under the lock)."""
+        try:
+            yield
+        except Exception:
+            if sub.conn.subs.get(sub.query_id) is sub:
+                del sub.conn.subs[sub.query_id]
+            self._drop(sub)
+            raise
 
     def unsubscribe(self, conn, query_id):
         with self.lock:
@@ -313,30 +332,49 @@ class Hub:
 
     def _fan_out(self, shared, ops, version, per_conn):
         encoded = self._encoding(shared)
-        payloads = {}  # mode -> (fingerprint, JSON body) or None when nothing to send
+        payloads = {}  # mode -> (fingerprint, JSON body, refusal) or None: nothing to send
+        too_large = []
         for sub in shared.subscribers:
             if sub.mode not in payloads:
                 payloads[sub.mode] = self._payload(shared, encoded, sub.mode, ops)
             payload = payloads[sub.mode]
             if payload is None:
                 continue  # nothing this mode shows changed: no batch, no seq
+            fp, body, refusal = payload
+            if refusal is not None:
+                too_large.append(sub)
+                frame = wire.query_error(sub.query_id, refusal, "batch_too_large", True, 0)
+                per_conn.setdefault(sub.conn, []).append(frame)
+                continue
             sub.seq += 1
-            fp, body = payload
             make = wire.batch if sub.mode == "flat" else wire.nbatch
             frame = make(sub.query_id, sub.epoch, sub.seq, fp, body, version)
             per_conn.setdefault(sub.conn, []).append(frame)
-        if "flat" not in payloads and encoded.flat is not None:
+        for sub in too_large:  # after the loop: dropping changes shared.subscribers
+            logger.warning(
+                "rindle hub: dropped query %s of %s: %s",
+                sub.query_id,
+                sub.conn.channel,
+                "increment over WS_MAX_SEND_BYTES",
+            )
+            del sub.conn.subs[sub.query_id]
+            self._drop(sub)
+        if "flat" not in payloads and encoded.flat is not None and shared.subscribers:
             # no flat subscriber took this commit: keep the tree current for later ones
             encoded.flat_tree = encoded.flat.render(shared.view, self.catalog.store)
 
     def _payload(self, shared, encoded, mode, ops):
         if mode != "flat":
-            return encoded.shape.fp, wire.dumps(encoded.shape.ops(ops))
+            body = wire.dumps(encoded.shape.ops(ops))
+            return encoded.shape.fp, body, limits.batch_too_large(body)
         flat = self._flat(shared, encoded)
         tree = flat.render(shared.view, self.catalog.store)
         events = flat.diff_events(encoded.flat_tree, tree)
         encoded.flat_tree = tree
-        return (flat.schema_fp, wire.dumps(events)) if events else None
+        if not events:
+            return None
+        body = wire.dumps(events)
+        return flat.schema_fp, body, limits.batch_too_large(body)
 
     # --- encodings -----------------------------------------------------------------
 

@@ -17,3 +17,13 @@ class HidesSecrets(RindleAdapter):
 class NoUsersQuery(RindleAdapter):
     def authorize_query(self, user, name, args):
         return name != "users"
+
+
+class BrokenReadRules(RindleAdapter):
+    def read_rules(self, user):
+        raise RuntimeError("the read rules are broken")
+
+
+class BrokenMutations(RindleAdapter):
+    def authorize_mutation(self, user, name, args):
+        raise RuntimeError("authorize_mutation is broken")
