@@ -206,7 +206,11 @@ async def test_a_failing_read_rule_is_answered_and_logged(live, settings, log):
 
 
 async def test_a_failing_adapter_during_a_mutation_is_answered(live, settings, log):
-    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.realtime.adapters.BrokenMutations"}
+    settings.RINDLE = {
+        **settings.RINDLE,
+        "ADAPTER": "tests.realtime.adapters.BrokenMutations",
+        "ALLOW_ANONYMOUS_MUTATIONS": True,
+    }
     client = Client()
     assert await client.connect()
     await client.send({"t": "init", "clientID": "c1"})
@@ -223,7 +227,8 @@ def exploding_mutator(tx, args, user):
     raise Boom("a bug in the mutator")
 
 
-async def test_a_failing_mutator_is_rejected_and_its_traceback_logged(live, log):
+async def test_a_failing_mutator_is_rejected_and_its_traceback_logged(live, settings, log):
+    settings.RINDLE = {**settings.RINDLE, "ALLOW_ANONYMOUS_MUTATIONS": True}
     client = Client()
     assert await client.connect()
     await client.send({"t": "init", "clientID": "c1"})
