@@ -4,9 +4,16 @@ from django.db import connection
 from django.test import Client
 
 from project.demo import models as demo
+from rindle_app.ivm.builder import table
+from rindle_app.named import named_query
 
 from .conftest import error, post, state, token_client
 from .test_mutate import URL, create, set_status
+
+
+@named_query("own_ledgerRows")
+def ledger_rows(args, ctx):
+    return table("_rindle_client_mutations")
 
 
 def owners():
@@ -85,3 +92,12 @@ def test_anonymous_clients_are_bound_by_their_session(engine):
     for intruder in (other, Client()):
         error(post(intruder, URL, {"envelope": create("i1", 2)}), 403, "client_id_taken")
     assert post(browser, URL, {"envelope": create("i2", 2)}).json()["lmid"] == 2
+
+
+def test_the_ssr_read_never_shows_an_owner(engine, machine):
+    """The lmid system query is not readable over HTTP; a query over the ledger hides owners."""
+    post(machine, URL, {"envelope": create("i1", 1)})
+    refused = post(machine, "/api/rindle/read", {"name": "_rindle/clientLmid", "args": {}})
+    error(refused, 404, "unknown_query")
+    rows = post(machine, "/api/rindle/read", {"name": "own_ledgerRows", "args": None}).json()
+    assert rows["rows"] == [{"cols": {"client_id": "c1", "last_mutation_id": 1}}]

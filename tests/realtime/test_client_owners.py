@@ -225,3 +225,16 @@ async def test_an_unowned_row_shows_until_another_principal_claims_it(live):
     await assert_refused(bob, push("old", 3, "b3"), mid=3)
     await alice.close()
     await bob.close()
+
+
+async def test_the_flat_lmid_hello_has_exactly_the_two_columns(live):
+    """Flat mode, as the flat client subscribes it: no owner in the schema or the rows."""
+    alice = await socket(await db(user_cookie)("alice"))
+    await claim(alice, "cF")
+    frame = {"t": "subscribe", "queryId": 3, "name": "_rindle/clientLmid", "args": None}
+    await alice.send(frame)
+    hello, snap, _ = await alice.recv_until("progress")
+    assert hello["t"] == "hello"
+    assert hello["hello"]["schema"]["columns"] == ["client_id", "last_mutation_id"]
+    assert "owner" not in str(snap) and "u:" not in str(snap)
+    await alice.close()
