@@ -171,3 +171,40 @@ def test_principals_racing_through_separate_writers_leave_one_owner(engine):
     winner = outcomes.index("applied")
     assert ledger() == [("race", 1, f"u:{winner}")]
     assert list(User.objects.values_list("id", flat=True)) == [f"w{winner}"]
+
+
+class CountingCursor:
+    """The writer's raw cursor, counting the statements sent through it."""
+
+    def __init__(self, raw):
+        self.raw, self.statements = raw, []
+
+    def execute(self, sql, params=()):
+        self.statements.append(sql)
+        return self.raw.execute(sql, params)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+@mutator("own_noop")
+def noop(tx, args, user):
+    pass
+
+
+def test_the_owner_check_costs_no_statement(engine, vendor):
+    """An owned mutation sends the writer's statements an unowned one sends (Postgres: 2)."""
+    engine.mutate("warm", 1, "own_noop", {})  # the writer's connection is prepared
+    writer = engine._writer
+    counting = writer._raw = CountingCursor(writer._raw)
+    try:
+        engine.mutate("plain", 1, "own_noop", {})
+        plain = list(counting.statements)
+        counting.statements.clear()
+        engine.mutate("owned", 1, "own_noop", {}, owner=A)
+        engine.mutate("owned", 2, "own_noop", {}, owner=A)
+        owned = counting.statements
+    finally:
+        writer._raw = counting.raw
+    assert len(owned) == 2 * len(plain)
+    assert len(plain) == (2 if vendor == "postgresql" else 3)  # sqlite: + the commit version
