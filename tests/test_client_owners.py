@@ -10,6 +10,7 @@ from django.db import connection
 from project.demo.models import User
 from rindle_app.engine import ClientIdTaken, Engine, MutationGap, mutator
 from rindle_app.engine.mutations import principal_key
+from rindle_app.flow.quota import Refusal, refusal_for
 from rindle_app.testing import outbox_high_water
 
 from .test_concurrency import run_all
@@ -51,6 +52,12 @@ def test_principal_keys_name_the_kind_and_reveal_nothing():
     assert principal_key(anonymous, None, "secret-session-key") == f"s:{digest}"
     assert "secret-session-key" not in principal_key(None, None, "secret-session-key")
     assert principal_key(anonymous, None, None) == principal_key(None) == "anonymous"
+
+
+def test_a_taken_id_counts_as_a_permission_refusal():
+    """The usage ledger files client_id_taken with the permission refusals, frame or HTTP."""
+    assert refusal_for("client_id_taken") == Refusal.PERMISSION
+    assert refusal_for("client_id_taken", 403) == Refusal.PERMISSION
 
 
 def test_the_first_writer_owns_the_client_id(engine):
