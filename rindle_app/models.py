@@ -42,6 +42,9 @@ class ClientMutation(models.Model):
 
     client_id = models.TextField(primary_key=True)
     last_mutation_id = models.BigIntegerField()
+    # The principal key the client id is bound to (``engine.mutations.principal_key``):
+    # its first write claims it; null: not claimed yet. Never sent to a client.
+    owner = models.TextField(null=True)
 
     class Meta:
         db_table = "_rindle_client_mutations"

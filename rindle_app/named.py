@@ -36,7 +36,7 @@ from rest_framework import serializers
 
 from .adapter import get_adapter
 from .conf import rindle_settings
-from .engine.mutations import LEDGER
+from .engine.mutations import LEDGER, OWNER_COLUMN
 
 LMID_QUERY_NAME = "_rindle/clientLmid"
 
@@ -114,28 +114,51 @@ def registered():
     return dict(_registry)
 
 
-def lmid_ast(client_id):
-    """The system query every optimistic client subscribes: its own lmid row."""
+def lmid_ast(client_id, owner=None):
+    """
+    The system query every optimistic client subscribes: its own lmid row, only
+    while ``owner`` (the caller's principal key) owns it or nobody does yet. A row
+    another principal claims leaves the query; the owner column is never sent.
+    """
+
+    def owner_is(value):
+        return {
+            "type": "simple",
+            "op": "IS" if value is None else "=",
+            "left": {"type": "column", "name": OWNER_COLUMN},
+            "right": {"type": "literal", "value": value},
+        }
+
+    mine = owner_is(None)
+    if owner is not None:
+        mine = {"type": "or", "conditions": [owner_is(owner), mine]}
     return {
         "table": LEDGER,
         "where": {
-            "type": "simple",
-            "op": "=",
-            "left": {"type": "column", "name": "client_id"},
-            "right": {"type": "literal", "value": client_id},
+            "type": "and",
+            "conditions": [
+                {
+                    "type": "simple",
+                    "op": "=",
+                    "left": {"type": "column", "name": "client_id"},
+                    "right": {"type": "literal", "value": client_id},
+                },
+                mine,
+            ],
         },
     }
 
 
-def resolve(name, args, user=None, *, client_id=None):
+def resolve(name, args, user=None, *, client_id=None, owner=None):
     """
-    The wire AST of named query ``name`` for ``user``, permissions compiled in.
+    The wire AST of named query ``name`` for ``user``, permissions compiled in
+    (``owner``: the caller's principal key, which scopes the lmid system query).
     Raises ``QueryRefused`` for an unknown name, bad arguments or a refused user.
     """
     if name == LMID_QUERY_NAME:
         if not client_id:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", "invalid_args")
-        return lmid_ast(client_id)
+        return lmid_ast(client_id, owner)
     if not isinstance(name, str) or name not in _registry:
         raise QueryRefused(f"unknown query {name!r}", "unknown_query")
     entry = _registry[name]

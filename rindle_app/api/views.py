@@ -26,7 +26,7 @@ from .. import leases, named
 from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine import InvalidInput, RindleError, Unavailable, get_engine
-from ..engine.mutations import validate_envelope
+from ..engine.mutations import principal_key, validate_envelope
 from ..engine.writer import is_infrastructure_error
 from ..flow import quota
 from ..ivm.ast import QueryError, parse, query_key
@@ -259,7 +259,8 @@ class MutateView(RindleView):
 
     ``{"envelope": {...}}`` answers one outcome; ``{"envelopes": [...]}`` a list of
     them, in order. A malformed body applies nothing. A mid gap stops the batch with
-    409 and the stored lmid; a database failure with a retryable 503. Envelopes before
+    409 and the stored lmid; a client id owned by another principal with 403
+    ``client_id_taken``; a database failure with a retryable 503. Envelopes before
     the stopping one were applied: retrying the same batch is safe, since a mid at or
     below the lmid is absorbed.
     """
@@ -292,11 +293,23 @@ class MutateView(RindleView):
             except InvalidInput as exc:
                 raise InvalidInput(f"envelopes[{i}]: {exc.message}", code=exc.code) from None
         engine = get_engine()
+        owner = _principal(request)
         outcomes = []
         for e in envelopes:
-            result = engine.mutate(e["clientID"], e["mid"], e["name"], e["args"], request.user)
+            result = engine.mutate(
+                e["clientID"], e["mid"], e["name"], e["args"], request.user, owner=owner
+            )
             outcomes.append(_outcome(result))
         return Response(outcomes[0] if single else outcomes)
+
+
+def _principal(request):
+    """The principal key a request's client ids are bound to (as a socket's)."""
+    from ..models import RindleToken
+
+    token = request.auth if isinstance(request.auth, RindleToken) else None
+    session = getattr(request, "session", None)
+    return principal_key(request.user, token, getattr(session, "session_key", None))
 
 
 def _outcome(result):

@@ -5,6 +5,7 @@ write planes. Import from here; the submodules are implementation.
 
 from .engine import Engine, get_engine, running_engine, shutdown
 from .errors import (
+    ClientIdTaken,
     EngineClosed,
     InvalidInput,
     MutationGap,
@@ -18,6 +19,7 @@ from .registry import synced
 from .writer import Commit
 
 __all__ = [
+    "ClientIdTaken",
     "Commit",
     "Engine",
     "EngineClosed",

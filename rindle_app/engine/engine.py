@@ -73,11 +73,11 @@ class Engine:
 
     def refresh(self):
         """(Re-)register the client-mutation ledger and every synced model's table."""
-        from .mutations import install_ledger_functions
+        from .mutations import LEDGER, OWNER_COLUMN, install_ledger_functions
         from .registry import synced_models
 
         self.write(install_ledger_functions)
-        self.register_existing_table("_rindle_client_mutations")
+        self.register_existing_table(LEDGER, private=(OWNER_COLUMN,))
         self.register_existing_table(PRODUCER_OFFSETS)  # replicated data: captured
         for model in synced_models():
             self.register_existing_table(model._meta.db_table, model=model)
@@ -142,11 +142,15 @@ class Engine:
         self.write(lambda tx: tx.execute(sql))
         return self.register_existing_table(table)
 
-    def register_existing_table(self, table, *, model=None):
-        """Register a table that exists: introspect it and (re)install its capture."""
+    def register_existing_table(self, table, *, model=None, private=()):
+        """
+        Register a table that exists: introspect it and (re)install its capture.
+        ``private`` columns stay in the table map (live queries may filter on them)
+        but are never sent to a client.
+        """
 
         def register(tx):
-            t = introspect(tx.connection, tx.cursor, table, model=model)
+            t = introspect(tx.connection, tx.cursor, table, model=model, private=private)
             capture.install(tx.cursor, self.vendor, t)
             return t
 
@@ -175,11 +179,17 @@ class Engine:
 
     # --- client mutations ------------------------------------------------------------
 
-    def mutate(self, client_id, mid, name, args, user=None):
+    def mutate(self, client_id, mid, name, args, user=None, *, owner=None):
         """Apply one client mutation exactly once; see ``engine.mutations``."""
         from .mutations import mutate
 
-        return mutate(self, client_id, mid, name, args, user)
+        return mutate(self, client_id, mid, name, args, user, owner=owner)
+
+    def check_owner(self, client_id, owner):
+        """Raise ``ClientIdTaken`` if ``client_id`` belongs to another principal."""
+        from .mutations import check_owner
+
+        check_owner(self.using, client_id, owner)
 
     # --- foreign producers and change sources ------------------------------------------
 

@@ -56,6 +56,16 @@ class MutationGap(RindleError):
         self.lmid = lmid
 
 
+class ClientIdTaken(RindleError):
+    """The client id belongs to another principal; nothing was read or written."""
+
+    code = "client_id_taken"
+    status = 403
+
+    def __init__(self, client_id):
+        super().__init__(f"client id {client_id!r} belongs to another principal")
+
+
 class Unavailable(RindleError):
     """
     The request could not complete now; retry it unchanged.

@@ -8,26 +8,40 @@ rejection (the mutator raises, its args are invalid, the name is unknown, the us
 is not authorized, a deterministic integrity error) rolls the effects back and
 STILL advances the lmid, so the client's queue never wedges. A database failure
 advances nothing and is retryable.
+
+The owner rule: a client id belongs to the first principal that writes under it
+(``principal_key``: a token, a user, or an anonymous client's session). The owner
+is stored with the lmid row and checked where the lmid is read, inside the writer
+transaction (on Postgres under the per-client advisory lock), so two principals
+racing on a fresh id leave exactly one owner. Any other principal is refused with
+``client_id_taken`` before the lmid is looked at: nothing is read back or written.
+A row without an owner (written before owners existed, or by trusted server code
+that passes none) is claimed by the next principal that writes under it.
 """
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError, IntegrityError, connections
+from django.db import DatabaseError, DataError, IntegrityError, connections
 
 from ..adapter import get_adapter
 from ..conf import rindle_settings
 from . import capture
-from .errors import InvalidInput, MutationGap, RindleError
+from .errors import ClientIdTaken, InvalidInput, MutationGap, RindleError, Unavailable
 from .writer import is_infrastructure_error
 
 logger = logging.getLogger("rindle.engine")
 
 LEDGER = "_rindle_client_mutations"
+# The ledger column naming a client id's owner: filtered on, never sent to a client.
+OWNER_COLUMN = "owner"
 MAX_CLIENT_ID_LENGTH = 255
+# What ``_rindle_lock_lmid`` answers for a client id another principal owns.
+_TAKEN = -1
 
 
 class MutationRejected(Exception):
@@ -121,6 +135,22 @@ class _Plan:
     reason: str = None
 
 
+def principal_key(user=None, token=None, session_key=None):
+    """
+    The owner a client id is bound to, revealing nothing: ``t:<pk>`` for a bearer
+    token, ``u:<pk>`` for a signed-in user, ``s:<sha256 of the session key>`` for an
+    anonymous client with a Django session, and ``anonymous`` for one without (every
+    such client shares it: give anonymous browsers a session to bind their ids).
+    """
+    if token is not None:
+        return f"t:{token.pk}"
+    if user is not None and getattr(user, "is_authenticated", False):
+        return f"u:{user.pk}"
+    if session_key:
+        return "s:" + hashlib.sha256(session_key.encode()).hexdigest()
+    return "anonymous"
+
+
 def validate_envelope(client_id, mid, name, args):
     """Refuse a malformed envelope before anything is written."""
     if not isinstance(client_id, str) or not client_id or len(client_id) > MAX_CLIENT_ID_LENGTH:
@@ -180,24 +210,44 @@ def classify(exc):
 # On Postgres, engines of several processes may share the ledger: the read takes a
 # per-client advisory lock first, and both helpers save a round trip each. A
 # VOLATILE function's statements each take a fresh snapshot, so the read after the
-# lock sees the latest committed lmid even under READ COMMITTED.
+# lock sees the latest committed lmid (and owner) even under READ COMMITTED. The
+# owner check rides in the same call: a NULL ``principal`` is trusted server code.
+# The one-argument helpers of earlier versions are left for processes still running
+# them during a rolling upgrade (their rows have no owner: claimable).
 PG_LEDGER_FUNCTIONS = f"""
-CREATE OR REPLACE FUNCTION _rindle_lock_lmid(client text) RETURNS bigint
+CREATE OR REPLACE FUNCTION _rindle_lock_lmid(client text, principal text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    stored_lmid bigint;
+    stored_owner text;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended(client, 0));
-    RETURN COALESCE(
-        (SELECT last_mutation_id FROM {LEDGER} WHERE client_id = client), 0);
+    SELECT last_mutation_id, {OWNER_COLUMN} INTO stored_lmid, stored_owner
+      FROM {LEDGER} WHERE client_id = client;
+    IF principal IS NOT NULL AND stored_owner IS NOT NULL AND stored_owner <> principal THEN
+        RETURN {_TAKEN};
+    END IF;
+    RETURN COALESCE(stored_lmid, 0);
 END $$;
-CREATE OR REPLACE FUNCTION _rindle_store_lmid(client text, mid bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+CREATE OR REPLACE FUNCTION _rindle_store_lmid(client text, mid bigint, principal text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES (client, mid)
-    ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id;
+    INSERT INTO {LEDGER} AS l (client_id, last_mutation_id, {OWNER_COLUMN})
+    VALUES (client, mid, principal)
+    ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id,
+        {OWNER_COLUMN} = COALESCE(l.{OWNER_COLUMN}, excluded.{OWNER_COLUMN});
     -- The ledger is captured: its outbox row is this transaction's last.
     RETURN currval(pg_get_serial_sequence('_rindle_change_events', 'seq'));
 END $$;
 """
+
+# The lmid upsert; an owner, once set, is never replaced (the read checked it).
+_STORE_SQL = (
+    f"INSERT INTO {LEDGER} AS l (client_id, last_mutation_id, {OWNER_COLUMN}) "
+    "VALUES ({ph}, {ph}, {ph}) ON CONFLICT (client_id) DO UPDATE SET "
+    f"last_mutation_id = excluded.last_mutation_id, "
+    f"{OWNER_COLUMN} = COALESCE(l.{OWNER_COLUMN}, excluded.{OWNER_COLUMN})"
+)
 
 
 def install_ledger_functions(tx):
@@ -208,26 +258,34 @@ def install_ledger_functions(tx):
         tx.execute(PG_LEDGER_FUNCTIONS)
 
 
-def _read_lmid(tx, client_id):
+def _read_lmid(tx, client_id, owner):
+    """The stored lmid (0 if new); raises ``ClientIdTaken`` if another principal owns it."""
     if tx.vendor == "postgresql":
-        return tx.scalar("SELECT _rindle_lock_lmid({ph})", [client_id])
-    lmid = tx.scalar(f"SELECT last_mutation_id FROM {LEDGER} WHERE client_id = {{ph}}", [client_id])
-    return lmid or 0
+        lmid = tx.scalar("SELECT _rindle_lock_lmid({ph}, {ph})", [client_id, owner])
+    else:
+        with tx._wrap:
+            tx._raw.execute(
+                f"SELECT last_mutation_id, {OWNER_COLUMN} FROM {LEDGER} WHERE client_id = ?",
+                [client_id],
+            )
+            row = tx._raw.fetchone()
+        lmid = 0
+        if row is not None:
+            lmid = _TAKEN if owner is not None and row[1] not in (None, owner) else row[0]
+    if lmid == _TAKEN:
+        raise ClientIdTaken(client_id)
+    return lmid
 
 
-def _store_lmid(tx, client_id, mid):
+def _store_lmid(tx, client_id, mid, owner):
     if tx.vendor == "postgresql":
-        tx.cv = tx.scalar("SELECT _rindle_store_lmid({ph}, {ph})", [client_id, mid])
+        tx.cv = tx.scalar("SELECT _rindle_store_lmid({ph}, {ph}, {ph})", [client_id, mid, owner])
         return
-    tx.run(
-        f"INSERT INTO {LEDGER} (client_id, last_mutation_id) VALUES ({{ph}}, {{ph}}) "
-        "ON CONFLICT (client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id",
-        [client_id, mid],
-    )
+    tx.run(_STORE_SQL, [client_id, mid, owner])
 
 
-def _apply(tx, client_id, mid, plan, user):
-    lmid = _read_lmid(tx, client_id)
+def _apply(tx, client_id, mid, plan, user, owner):
+    lmid = _read_lmid(tx, client_id, owner)
     if mid <= lmid:
         return "absorbed", lmid, None, None
     if mid > lmid + 1:
@@ -246,24 +304,31 @@ def _apply(tx, client_id, mid, plan, user):
             if is_infrastructure_error(exc):
                 raise
             code, reason = classify(exc)
-    _store_lmid(tx, client_id, mid)
+    _store_lmid(tx, client_id, mid, owner)
     return ("applied" if code is None else "rejected"), mid, code, reason
 
 
-def mutate(engine, client_id, mid, name, args, user=None):
-    """Apply one client mutation through ``engine``; return a ``MutationResult``."""
+def mutate(engine, client_id, mid, name, args, user=None, *, owner=None):
+    """
+    Apply one client mutation through ``engine``; return a ``MutationResult``.
+    ``owner`` is the caller's ``principal_key`` (``None``: trusted server code, which
+    neither checks nor claims the id).
+    """
     validate_envelope(client_id, mid, name, args)
     plan = _plan(name, args, user)
 
     def record_rejection(exc):
         # The mutator raised, or its effects broke the commit (a deferred
         # constraint): its transaction is gone, so record the rejection alone.
-        if isinstance(exc, MutationGap) or is_infrastructure_error(exc):
+        if isinstance(exc, (MutationGap, ClientIdTaken)) or is_infrastructure_error(exc):
             return None
         code, reason = classify(exc)
-        return lambda tx: _apply(tx, client_id, mid, _Plan(code=code, reason=reason), user)
+        rejected = _Plan(code=code, reason=reason)
+        return lambda tx: _apply(tx, client_id, mid, rejected, user, owner)
 
-    commit = engine.write(lambda tx: _apply(tx, client_id, mid, plan, user), record_rejection)
+    commit = engine.write(
+        lambda tx: _apply(tx, client_id, mid, plan, user, owner), record_rejection
+    )
     status, lmid, code, reason = commit.value
     return MutationResult(status, lmid, commit.cv, code, reason)
 
@@ -274,3 +339,19 @@ def client_lmid(using, client_id):
         cursor.execute(f"SELECT last_mutation_id FROM {LEDGER} WHERE client_id = %s", [client_id])
         row = cursor.fetchone()
     return row[0] if row else 0
+
+
+def check_owner(using, client_id, owner):
+    """
+    Raise ``ClientIdTaken`` if another principal than ``owner`` owns ``client_id``,
+    from committed data; an unowned or new id passes (and is claimed by its first
+    write). Only the owner is read.
+    """
+    try:
+        with connections[using].cursor() as cursor:
+            cursor.execute(f"SELECT {OWNER_COLUMN} FROM {LEDGER} WHERE client_id = %s", [client_id])
+            row = cursor.fetchone()
+    except DatabaseError as exc:
+        raise Unavailable(f"the database is unavailable: {exc}") from exc
+    if row is not None and row[0] is not None and row[0] != owner:
+        raise ClientIdTaken(client_id)

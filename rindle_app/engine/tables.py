@@ -38,13 +38,19 @@ class Table:
     columns: tuple
     primary_key: tuple
     foreign_keys: tuple = ()
+    # Names of columns a query may filter on but no client is ever sent (the owner of
+    # a client id): every wire schema is built from ``wire_columns``.
+    private: frozenset = frozenset()
     column_names: frozenset = field(init=False, repr=False, compare=False)
     json_columns: frozenset = field(init=False, repr=False, compare=False)
+    wire_columns: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "column_names", frozenset(c.name for c in self.columns))
         json_columns = frozenset(c.name for c in self.columns if c.type == "json")
         object.__setattr__(self, "json_columns", json_columns)
+        wire = tuple(c for c in self.columns if c.name not in self.private)
+        object.__setattr__(self, "wire_columns", wire)
 
     @property
     def hidden(self):
@@ -55,7 +61,7 @@ class Table:
         return {
             "name": self.name,
             "columns": [
-                {"name": c.name, "type": c.type, "nullable": c.nullable} for c in self.columns
+                {"name": c.name, "type": c.type, "nullable": c.nullable} for c in self.wire_columns
             ],
             "primaryKey": list(self.primary_key),
         }
@@ -130,7 +136,7 @@ class TableMap:
 # --- introspection ------------------------------------------------------------
 
 
-def introspect(connection, cursor, name, *, model=None):
+def introspect(connection, cursor, name, *, model=None, private=()):
     """Read ``name``'s columns, pk and foreign keys from the database."""
     validate(name, "table name")
     if name not in connection.introspection.table_names(cursor):
@@ -179,7 +185,8 @@ def introspect(connection, cursor, name, *, model=None):
         Column(validate(n, "column name"), overrides.get(n) or wire_type(d), bool(null), d or "")
         for n, d, null in described
     )
-    return Table(name, columns, tuple(pk), tuple(dict.fromkeys(fks)))
+    private = frozenset(private) & {c.name for c in columns}
+    return Table(name, columns, tuple(pk), tuple(dict.fromkeys(fks)), private)
 
 
 def create_table_sql(name, columns, pk, col_types):

@@ -286,6 +286,7 @@ _BY_CODE = {
     "fenced": Refusal.FENCED,
     "frame_too_large": Refusal.TOO_LARGE,
     "unauthorized": Refusal.PERMISSION,
+    "client_id_taken": Refusal.PERMISSION,
     "lease_expired": Refusal.PERMISSION,
     "unavailable": Refusal.UNAVAILABLE,
 }

@@ -123,7 +123,7 @@ class Evaluator:
             self.visit(query.table, row, None)
         names = query.select
         if names is None:
-            names = [c.name for c in self.schema.get(query.table).columns]
+            names = [c.name for c in self.schema.get(query.table).wire_columns]
         cells = {name: row.get(name) for name in names}
         out = {"cols": cells} if self.render == "snapshot" else cells
         for related in query.visible_related:

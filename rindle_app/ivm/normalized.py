@@ -168,11 +168,11 @@ def normalized_table_schemas(query, schema):
     found = {}
 
     def walk(q):
-        table = schema.get(q.table)
+        names = [c.name for c in schema.get(q.table).wire_columns]  # never a private one
         found[q.table] = {
             "name": q.table,
-            "columns": [c.name for c in table.columns],
-            "primaryKey": [[c.name for c in table.columns].index(k) for k in table.primary_key],
+            "columns": names,
+            "primaryKey": [names.index(k) for k in schema.get(q.table).primary_key],
         }
         for related in q.visible_related:
             if related.subquery.aggregate == "count":

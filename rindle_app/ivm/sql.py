@@ -377,7 +377,7 @@ class _Compiler:
         return f"CAST({self.param(text)} AS text)" if self.pg else self.param(text)
 
     def row_object(self, query, table, alias):
-        names = query.select if query.select is not None else [c.name for c in table.columns]
+        names = query.select if query.select is not None else [c.name for c in table.wire_columns]
         pairs = [(_text(n), self.value(self.column(table, n), self.ref(alias, n))) for n in names]
         if self.snapshot:
             pairs = [("'cols'", self.json_object(pairs))]

@@ -72,7 +72,7 @@ class View:
         # head) instead of an ordered copy of its own, and a commit compares the new
         # head with the old one.
         self._head = [] if _is_partition_window(query, self._guard) else None
-        columns = store.schema.get(query.table).columns
+        columns = store.schema.get(query.table).wire_columns  # a private column never shows
         self._names = query.select if query.select is not None else [c.name for c in columns]
 
     # --- reading -------------------------------------------------------------------------

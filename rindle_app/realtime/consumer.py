@@ -35,6 +35,7 @@ from .. import leases, strictjson
 from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine.errors import AnonymousMutationsDisabled, MutationGap, RindleError
+from ..engine.mutations import principal_key
 from ..flow import quota
 from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, QueryRefused, resolve
@@ -295,8 +296,18 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(
                 "this connection already identified as another client", code="bad_frame"
             )
+        try:  # an id another principal owns is refused; its lmid row stays unseen
+            await database_sync_to_async(self.hub.engine.check_owner)(client_id, self._owner())
+        except RindleError as exc:
+            return await self._error(exc.message, exc.code, retryable=exc.retryable)
         self.client_id = client_id
         self.conn.client_id = client_id
+
+    def _owner(self):
+        """The principal key the socket's client ids are bound to (``principal_key``)."""
+        session = self.scope.get("session")
+        session_key = getattr(session, "session_key", None) if session is not None else None
+        return principal_key(self.user, self.token, session_key)
 
     async def _subscribe(self, msg):
         query_id = msg.get("queryId")
@@ -391,7 +402,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if name == LMID_QUERY_NAME and self.client_id is None:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", "invalid_args")
         limits.check_subscriptions(self.conn, query_id)  # before any work (the hub re-checks)
-        ast = resolve(name, args, user, client_id=self.client_id)
+        ast = resolve(name, args, user, client_id=self.client_id, owner=self._owner())
         self.hub.subscribe(self.conn, query_id, ast, mode)
 
     async def _unsubscribe(self, msg):
@@ -438,6 +449,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 envelope["name"],
                 envelope.get("args"),
                 self.user,
+                owner=self._owner(),
             )
         except MutationGap as exc:
             self._refuse(exc.code, exc.status)

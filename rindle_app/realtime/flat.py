@@ -220,7 +220,7 @@ class FlatEncoder:
 
 def _compile(query, schema, *, singular):
     table = schema.get(query.table)
-    names = [c.name for c in table.columns]
+    names = [c.name for c in table.wire_columns]  # never a private one
     if query.select is None:
         columns = names
     else:

@@ -192,10 +192,10 @@ def test_an_unavailable_database_is_a_retryable_503(engine, machine, monkeypatch
     """Infrastructure failure: 503, retryable, Retry-After; the batch stops there."""
     real = Engine.mutate
 
-    def flaky(self, client_id, mid, name, args, user=None):
+    def flaky(self, client_id, mid, name, args, user=None, **kwargs):
         if mid == 2:
             raise Unavailable("database is locked")
-        return real(self, client_id, mid, name, args, user)
+        return real(self, client_id, mid, name, args, user, **kwargs)
 
     monkeypatch.setattr(Engine, "mutate", flaky)
     batch = [create("i1", 1), set_status("i1", 2, "review"), set_status("i1", 3, "done")]

@@ -54,7 +54,10 @@
  * a per-tab counter (sessionStorage); their confirmation is the `_rindle/clientLmid` row,
  * released like any data. A dropped socket reconnects after min(250 * 2^n, 5000) ms, sends
  * `init`, re-sends unconfirmed mutations with their original mids in order, and
- * re-subscribes every query; rows stay on screen until the new snapshots land.
+ * re-subscribes every query; rows stay on screen until the new snapshots land. A client id
+ * belongs to the principal (user, token or session) that first wrote under it: when the
+ * server refuses the tab's id (`client_id_taken`, say after signing in or out), the tab
+ * takes a fresh id on a fresh socket (see renewTabClientID).
  */
 
 export const COMPARATOR_VERSION = 2;
@@ -430,6 +433,23 @@ export function tabClientID(storage = browserStorage()) {
   return n === 0 ? `${base}-${tab}` : `${base}-${tab}.${n}`;
 }
 
+/**
+ * A fresh client id for this tab, after the server refused its id (another principal owns
+ * it). The tab's stored suffix is replaced, so a reload keeps the new id; an instance
+ * number of `old` is kept.
+ */
+export function renewTabClientID(storage = browserStorage(), old = "") {
+  const base = stored(storage.local, "rindle:client", () => randomId(8)) || randomId(8);
+  const tab = randomId(4);
+  try {
+    if (storage.session) storage.session.setItem("rindle:tab", tab);
+  } catch {
+    // storage refused: the new id serves this page
+  }
+  const instance = /\.\d+$/.exec(old);
+  return `${base}-${tab}${instance ? instance[0] : ""}`;
+}
+
 function defaultUrl(path) {
   const loc = globalThis.location;
   if (/^wss?:\/\//.test(path)) return path;
@@ -458,6 +478,8 @@ export class Connection {
     };
     const storage = options.storage || browserStorage();
     this._session = storage.session;
+    // An id the app chose is the app's to replace; a tab's own id is renewed when refused.
+    this._storage = options.clientID ? null : storage;
     this.clientID = options.clientID || tabClientID(storage);
     this._midKey = `rindle:mid:${this.clientID}`;
     this._memoryMid = 0;
@@ -482,6 +504,7 @@ export class Connection {
       resubscribes: 0,
       reconnects: 0,
       mutationErrors: 0,
+      clientIdRenewals: 0,
     };
     this._subs = new Map(); // queryId -> subscription state
     this._nextQueryId = 1;
@@ -869,9 +892,38 @@ export class Connection {
       this._failSub(sub, msg.message || "subscription refused", msg.code);
       return;
     }
+    if (msg.code === "client_id_taken" && this._storage) return this._renewClientID(msg);
     if (typeof msg.mid === "number" && this._onMutationError(msg)) return;
     if (msg.code === "rate_limited") this._scheduleRecovery();
     this._emit("error", msg);
+  }
+
+  /**
+   * The server refused this tab's client id: another principal owns it. Continue under a
+   * fresh id on a fresh socket (the old one's later answers are about the old id). Waiting
+   * mutations are numbered anew; one already sent under the old id settles as rejected, as
+   * it cannot be re-sent under another id without risking applying it twice.
+   */
+  _renewClientID(msg) {
+    this.stats.clientIdRenewals += 1;
+    this.clientID = renewTabClientID(this._storage, this.clientID);
+    this._midKey = `rindle:mid:${this.clientID}`;
+    this._memoryMid = 0;
+    this.lmid = null;
+    const sent = this._pending.filter((e) => e.mid !== null);
+    this._pending = this._pending.filter((e) => e.mid === null);
+    const reason = msg.message || msg.code;
+    for (const e of sent) {
+      this._emit("rejected", { mid: e.mid, name: e.name, args: e.args, reason });
+      e.resolve({ mid: e.mid, rejected: true, reason });
+    }
+    if (sent.length) this._emit("pending", this._pending.length);
+    this._lmidSub.tree = null;
+    const ws = this._ws;
+    this._ws = null;
+    if (ws) ws.close();
+    this._setStatus("connecting");
+    this._open();
   }
 
   /** The server dropped a frame unread: later, send again what still waits for an answer. */

@@ -400,3 +400,55 @@ test("after a rate_limited error, what still waits for an answer is sent again",
     ["sub a", "push 1"],
   );
 });
+
+test("a tab's client id another principal owns is renewed on a fresh socket", async () => {
+  const conn = open({ clientID: undefined });
+  const old = conn.clientID;
+  const first = FakeSocket.last;
+  first.open();
+  const waiting = conn.mutate("m", { n: 1 });
+  first.take();
+  first.receive({ t: "error", message: "client id belongs to another principal", code: "client_id_taken" });
+  const second = FakeSocket.last;
+  assert.notEqual(second, first);
+  assert.notEqual(conn.clientID, old);
+  assert.equal(conn.clientID.split("-")[0], old.split("-")[0], "the browser's base is kept");
+  const [tab, instance] = conn.clientID.split("-")[1].split(".");
+  assert.equal(tab, storage.session.getItem("rindle:tab"), "a reload keeps it");
+  assert.equal(instance, old.split(".")[1], "the page's instance number is kept");
+  assert.equal(conn.stats.clientIdRenewals, 1);
+  first.receive({ t: "queryError", queryId: 1, message: "needs an init frame first", code: "invalid_args", retryable: false });
+  second.open();
+  assert.deepEqual(second.take().slice(0, 2), [
+    { t: "init", clientID: conn.clientID },
+    { t: "subscribe", queryId: 1, name: LMID_QUERY, args: {} },
+  ]);
+  const lmidQuery = hydrate(second, LMID_QUERY, LMID_SCHEMA, [], 2);
+  assert.deepEqual(
+    second.take().map((f) => [f.t, f.envelope.clientID, f.envelope.mid]),
+    [["pushMutation", conn.clientID, 1]],
+  );
+  second.receive(batch(lmidQuery, 1, 1, LMID_SCHEMA, [add(lmidRow(1, conn.clientID))], 3), progress(3));
+  assert.deepEqual(await waiting, { mid: 1, rejected: false });
+});
+
+test("a mutation sent under a refused id settles as rejected; an app's own id is the app's", async () => {
+  const conn = open({ clientID: undefined });
+  const socket = FakeSocket.last;
+  socket.open();
+  hydrate(socket, LMID_QUERY, LMID_SCHEMA, [], 1);
+  const sent = conn.mutate("m", {});
+  socket.receive({ t: "error", message: "taken", code: "client_id_taken", mid: 1 });
+  assert.deepEqual(await sent, { mid: 1, rejected: true, reason: "taken" });
+  assert.equal(conn.pending, 0);
+
+  const fixed = open({ clientID: "mine" });
+  const errors = [];
+  fixed.on("error", (e) => errors.push(e.code));
+  const own = FakeSocket.last;
+  own.open();
+  own.receive({ t: "error", message: "taken", code: "client_id_taken" });
+  assert.equal(FakeSocket.last, own);
+  assert.equal(fixed.clientID, "mine");
+  assert.deepEqual(errors, ["client_id_taken"]);
+});
