@@ -120,7 +120,7 @@ def test_functions_are_an_allow_list_on_sqlite(engine, planted, vendor):
         "SELECT regexp('a', 'a')",
         "SELECT 'a' REGEXP 'a'",
         "SELECT lpad('x', 10, 'y')",
-        "SELECT repeat('x', 1000000000)",
+        "SELECT repeat('x', 3)",
         "SELECT sha256('x')",
         "SELECT value FROM json_each('[1, 2]')",
         "SELECT name FROM pragma_table_info('issue')",
