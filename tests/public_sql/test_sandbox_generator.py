@@ -148,6 +148,40 @@ def test_no_generated_form_returns_a_protected_value(engine, planted, views, ven
     check()
 
 
+COPY_INTO_ISSUE = (
+    'INSERT INTO issue (id, title, status, priority, "ownerId", "createdAt", "updatedAt") '
+    "SELECT x, x, 'todo', 'high', 'alice', 1.5, 1.5 FROM ({q}) AS w"
+)
+
+
+def test_no_generated_form_copies_a_protected_value_into_a_writable_table(
+    engine, alice, planted, views, vendor
+):
+    """A token that may write ``issue`` cannot copy protected values there (the writer's guard)."""
+    writer = token_client(alice, "sql", tables=["issue"])
+
+    @settings(
+        max_examples=examples(30),
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(queries(vendor))
+    def check(q):
+        statement = COPY_INTO_ISSUE.format(q=q)
+        before = state()
+        response = post(writer, EXECUTE, {"statement": statement})
+        assert planted.leaked(response) == [], (statement, response.content)
+        refusal(response)
+        tid = post(writer, BEGIN, {}).json()["transaction_id"]
+        run = {"operation_id": "1", "statements": [statement]}
+        response = post(writer, f"{BEGIN}/{tid}/execute", run)
+        assert planted.leaked(response) == [], (statement, response.content)
+        refusal(response)
+        post(writer, f"{BEGIN}/{tid}/rollback", {"operation_id": "2"})
+        assert state() == before, statement
+
+    check()
+
+
 @pytest.mark.parametrize("source", sorted(SQL_TEXT_SOURCES))
 @pytest.mark.parametrize("target", TARGETS[:1] + TARGETS[2:], ids=lambda t: t[0])
 def test_no_sql_text_function_returns_a_protected_value(engine, planted, vendor, source, target):
