@@ -120,9 +120,9 @@ def planted(alice):
     return Planted(bare, (session_key, alice.password, bare.token.digest, client_id))
 
 
-def refusal(response):
+def refusal(response, context=None):
     """Assert ``response`` is a clean 4xx error envelope (never a 5xx); return its code."""
-    assert 400 <= response.status_code < 500, (response.status_code, response.content)
+    assert 400 <= response.status_code < 500, (context, response.status_code, response.content)
     body = response.json()
     assert set(body) == {"error"} and isinstance(body["error"]["code"], str), body
     return body["error"]["code"]
