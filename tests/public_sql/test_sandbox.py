@@ -267,3 +267,35 @@ def test_the_budget_is_removed_after_the_statement(seeded, engine):
     with connection.cursor() as cursor:
         cursor.execute(slow)
         assert cursor.fetchone() == (3000000,)
+
+
+def _counting(seconds):
+    """A read that takes about ``seconds`` here (calibrated on this machine)."""
+    sql = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) "
+        "SELECT count(*) FROM n"
+    )
+    start = time.monotonic()
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(200_000))
+    per_row = (time.monotonic() - start) / 200_000
+    return sql.format(int(seconds / per_row))
+
+
+@override_settings(RINDLE={"SQL_STATEMENT_TIMEOUT_SECONDS": BUDGET})
+def test_a_writing_batch_shares_one_budget_on_the_writer(seeded, capsys):
+    """Statements each within the budget cannot hold the writer for several budgets."""
+    slow = _counting(BUDGET * 0.6)
+    alone = post(seeded, EXECUTE, {"statement": slow})
+    assert alone.status_code == 200, alone.content  # one is within its budget
+    before = state()
+    batch = {"statements": [issue("b1"), slow, slow, slow, slow]}
+    response, took = _timed(seeded, "/v1/sql/batch", batch)
+    err = error(response, 408, "STATEMENT_TIMEOUT")
+    assert err["statement_index"] in (1, 2, 3)
+    assert took < BUDGET + EPSILON, took
+    assert state() == before
+    with capsys.disabled():
+        print(
+            f"\n[budget {BUDGET}s] writing batch of 4 x {BUDGET * 0.6}s refused after {took:.3f}s"
+        )

@@ -91,10 +91,23 @@ SQLITE_FUNCTIONS = frozenset(
 )
 
 
+def _budget():
+    return float(rindle_settings.SQL_STATEMENT_TIMEOUT_SECONDS)
+
+
+def writer_deadline():
+    """
+    When one request's statements must be done on the writer (None: no budget): they
+    share one budget there, so no request holds the single writer longer.
+    """
+    seconds = _budget()
+    return time.monotonic() + seconds if seconds > 0 else None
+
+
 def statement_timeout(seconds):
     return SqlError(
-        f"the statement ran longer than its {seconds:g} s budget and was interrupted; "
-        "nothing it did was kept",
+        f"the statement ran past the {seconds:g} s budget (on the writer, shared by the "
+        "request's statements) and was interrupted; nothing it did was kept",
         code="STATEMENT_TIMEOUT",
         status=408,
     )
@@ -118,25 +131,26 @@ class SqliteGuard:
         self.denied = None
 
     @contextmanager
-    def installed(self, raw):
+    def installed(self, raw, deadline=None):
         """
         This authorizer on driver connection ``raw`` for the block, with the
-        statement's time budget (``SQL_STATEMENT_TIMEOUT_SECONDS``, 0: none) as a
-        progress handler; both are removed after, so the writer's other work runs
-        unguarded and is never interrupted.
+        statement's time budget (``SQL_STATEMENT_TIMEOUT_SECONDS``, 0: none; ending
+        at ``deadline`` if that is sooner) as a progress handler. Both are removed
+        after, so the writer's other work runs unguarded and is never interrupted.
         """
-        seconds = float(rindle_settings.SQL_STATEMENT_TIMEOUT_SECONDS)
-        deadline = time.monotonic() + seconds
-
-        def tick():
-            if time.monotonic() < deadline:
-                return 0
-            self._deny(statement_timeout(seconds))
-            return 1  # SQLITE_INTERRUPT
-
-        raw.set_authorizer(self)
+        seconds = _budget()
         if seconds > 0:
+            end = time.monotonic() + seconds
+            end = end if deadline is None else min(end, deadline)
+
+            def tick():
+                if time.monotonic() < end:
+                    return 0
+                self._deny(statement_timeout(seconds))
+                return 1  # SQLITE_INTERRUPT
+
             raw.set_progress_handler(tick, _PROGRESS_STEPS)
+        raw.set_authorizer(self)
         try:
             yield self
         finally:

@@ -21,6 +21,7 @@ from .guards import (
     _read_forbidden,
     _write_forbidden,
     protected,
+    writer_deadline,
 )
 from .statements import SqlError, encode_value, identity, protocol_error
 
@@ -263,9 +264,9 @@ class Reader:
         return error
 
 
-def _guarded(guard, raw):
+def _guarded(guard, raw, deadline=None):
     """The SQLite guard's authorizer and time budget on ``raw`` (nothing on PostgreSQL)."""
-    return nullcontext() if guard is None else guard.installed(raw)
+    return nullcontext() if guard is None else guard.installed(raw, deadline)
 
 
 def _wrap_driver_error(conn, exc):
@@ -291,6 +292,7 @@ class _Run:
         self.vendor = tx.vendor
         self.raw = tx.connection.connection
         self._schema = None
+        self._deadline = writer_deadline() if self.vendor == "sqlite" else None
 
     def statements(self, statements, writes, state="closed"):
         return [self.one(st, w, state) for st, w in zip(statements, writes)]
@@ -304,7 +306,7 @@ class _Run:
         else:
             before = _pg_state(self.raw)
         try:
-            with _guarded(guard, self.raw):
+            with _guarded(guard, self.raw, self._deadline):
                 with tx.connection.wrap_database_errors:
                     result = _execute(self.raw, self.vendor, st, writes=bool(writes))
             if guard is not None:
