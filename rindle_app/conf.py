@@ -126,6 +126,12 @@ DEFAULTS = {
     # it. A snapshot over it is refused with queryError result_too_large; an
     # increment over it drops the subscription with batch_too_large (retryable).
     "WS_MAX_SEND_BYTES": 1024 * 1024,
+    # Issue 13 (SQLite public SQL sandbox): the time budget of one public SQL
+    # statement, in seconds (compiling, running and fetching; each statement of a
+    # batch or transaction has its own). Past it the statement is interrupted and
+    # refused (STATEMENT_TIMEOUT, 408), nothing it did is kept, and the writer is
+    # free again. On PostgreSQL the role's statement_timeout. 0: no budget.
+    "SQL_STATEMENT_TIMEOUT_SECONDS": 5,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

@@ -88,3 +88,31 @@ def test_a_write_inside_a_write_is_refused(engine):
     with pytest.raises(InvalidInput) as info:
         engine.write(nested)
     assert info.value.code == "nested_write"
+
+
+def test_an_alone_request_never_shares_a_group_commit(engine):
+    """``alone``: queued between others, it runs in its own transaction; they still group."""
+    seen = {}
+
+    def send(name, alone):
+        def fn(tx):
+            seen[name] = tx  # the Tx of the transaction it ran in
+            return tx.insert("user", {"id": name, "name": "x"})
+
+        engine.write(fn, alone=alone)
+
+    senders = []
+    with hold_writer(engine):
+        for depth, (name, alone) in enumerate(
+            [("a", False), ("b", False), ("c", True), ("d", False), ("e", False)], start=1
+        ):
+            senders.append(threading.Thread(target=send, args=(name, alone)))
+            senders[-1].start()
+            while engine.queue_depth < depth:
+                pass
+    for t in senders:
+        t.join(10)
+    assert seen["a"] is seen["b"] and not seen["a"].solo
+    assert seen["c"].solo and seen["c"] not in (seen["a"], seen["d"])
+    assert seen["d"] is seen["e"]
+    assert User.objects.count() == 5

@@ -101,7 +101,7 @@ class Engine:
 
     # --- requests ------------------------------------------------------------------
 
-    def write(self, fn, fallback=None):
+    def write(self, fn, fallback=None, alone=False):
         """
         Run ``fn(tx)`` in one transaction on the writer; return ``Commit(cv, value)``.
 
@@ -109,8 +109,9 @@ class Engine:
         A database failure raises ``Unavailable`` (retryable; nothing was written;
         see ``Unavailable`` for the one exception, a timeout). ``fallback(exc)``, if
         given, may return a replacement for ``fn`` when ``fn`` failed on its own.
+        ``alone``: in a transaction of its own, never grouped with other requests.
         """
-        return self._writer.write(fn, fallback)
+        return self._writer.write(fn, fallback, alone)
 
     def add_commit_listener(self, fn):
         """Call ``fn(cv)`` right after each commit of this engine (keep it cheap)."""

@@ -16,9 +16,10 @@ with their own codes:
   SQL (``table_not_captured`` otherwise).
 - A column type change detected by comparing the table before and after
   (``type_change_refused``); DDL and DML in one migration (``mixed_migration``);
-  ``_rindle_*``, ``__*`` and ``sqlite_*`` tables (``reserved_table``); dropping a
-  table another table references (``referenced_table``); a created table without
-  a primary key (``no_primary_key``); a new BLOB/BYTEA column (``blob_refused``).
+  ``_rindle_*``, ``__*`` and ``sqlite_*`` tables and views (``reserved_table``);
+  dropping a table another table references (``referenced_table``); a created
+  table without a primary key (``no_primary_key``); a new BLOB/BYTEA column
+  (``blob_refused``).
 
 Identity. ``content_checksum`` is the SHA-256 of the statements with comments
 dropped and whitespace collapsed, so it changes only when the SQL does.

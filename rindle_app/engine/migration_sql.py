@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InvalidInput
+from .tables import HIDDEN_PREFIXES
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -251,6 +252,11 @@ def classify(index, text, tokens):
             r.take("ONLY")
             return step("ddl", "create_index", [r.name()])
         if r.take("VIEW"):
+            r.take("IF", "NOT", "EXISTS")
+            view, _quoted = r.name()
+            if view.lower().startswith(HIDDEN_PREFIXES):
+                # Reserved like tables: nothing a user creates may pass for rindle's own.
+                raise refuse(f"view {view!r} is reserved", "reserved_table")
             return step("ddl", "create_view")
         raise refuse(f"CREATE {r.word() or ''} is not a supported migration statement".strip())
     if first == "DROP":

@@ -57,12 +57,15 @@ class Commit:
 class Request:
     """One write. Its lock is held until the request is finished."""
 
-    __slots__ = ("fn", "fallback", "_done", "value", "error", "cv")
+    __slots__ = ("fn", "fallback", "alone", "_done", "value", "error", "cv")
 
-    def __init__(self, fn, fallback=None):
+    def __init__(self, fn, fallback=None, alone=False):
         self.fn = fn
         # fallback(exc) -> a replacement fn, when fn failed alone on its own account.
         self.fallback = fallback
+        # Never grouped with other requests: an interrupted SQLite write statement
+        # rolls back its whole transaction, which must then hold nothing else.
+        self.alone = alone
         # A bare lock is the cheapest one-shot signal between two threads.
         self._done = threading.Lock()
         self._done.acquire()
@@ -93,6 +96,7 @@ class Writer:
         self.vendor = connections[using].vendor
         self._tables = tables
         self._queue = queue.SimpleQueue()
+        self._held = None  # an ``alone`` request taken off the queue, run next
         self._queue_max = queue_max
         self._group_max = max(1, group_max)
         self._timeout = timeout
@@ -164,9 +168,12 @@ class Writer:
 
     # --- requests -------------------------------------------------------------------------
 
-    def write(self, fn, fallback=None):
-        """Run ``fn(tx)`` in one transaction and return its ``Commit``."""
-        req = Request(fn, fallback)
+    def write(self, fn, fallback=None, alone=False):
+        """
+        Run ``fn(tx)`` in one transaction and return its ``Commit``; ``alone``: in a
+        transaction of its own, never grouped with other requests.
+        """
+        req = Request(fn, fallback, alone)
         if self._holder == threading.get_ident():
             raise InvalidInput("a write request cannot start another write", code="nested_write")
         if self._closed or self._thread is None:
@@ -266,17 +273,20 @@ class Writer:
         connections[self.using] = self._conn
         try:
             while True:
-                first = self._queue.get()
+                first, self._held = self._held or self._queue.get(), None
                 if first is _STOP:
                     return
                 batch, stop = [first], False
-                while len(batch) < self._group_max:
+                while not first.alone and len(batch) < self._group_max:
                     try:
                         nxt = self._queue.get_nowait()
                     except queue.Empty:
                         break
                     if nxt is _STOP:
                         stop = True
+                        break
+                    if nxt.alone:
+                        self._held = nxt
                         break
                     batch.append(nxt)
                 self._acquire()
@@ -288,6 +298,8 @@ class Writer:
                     return
         finally:
             self._closed = True
+            if self._held is not None:
+                self._held.finish(error=EngineClosed("the rindle engine closed"))
             while True:  # fail anything that slipped in after the stop marker
                 try:
                     req = self._queue.get_nowait()

@@ -1,9 +1,13 @@
 """Fixtures of the public SQL tests: the views' engine, callers, and a state snapshot."""
 
 import json
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rindle_app import tokens
@@ -81,3 +85,44 @@ def error(response, status, code):
 
 def issue(issue_id, title="t"):
     return {"sql": ISSUE, "args": [issue_id, title]}
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A ``sql`` token with no table grants, and protected values no answer may show."""
+
+    client: object
+    secrets: tuple
+
+    def leaked(self, response):
+        """The planted values ``response`` shows (case-insensitively), if any."""
+        text = response.content.decode(errors="replace").lower()
+        return [s for s in self.secrets if s.lower() in text]
+
+
+@pytest.fixture
+def planted(alice):
+    """A known session key, password hash, token digest and client id, and a bare token."""
+    from django.contrib.sessions.models import Session
+
+    from rindle_app.models import ClientMutation
+
+    session_key = "plantedsession" + secrets.token_hex(9)
+    Session.objects.create(
+        session_key=session_key,
+        session_data="x",
+        expire_date=timezone.now() + timedelta(days=1),
+    )
+    client_id = "plantedclient" + secrets.token_hex(8)
+    ClientMutation.objects.create(client_id=client_id, last_mutation_id=7)
+    bare = token_client(alice, "sql")
+    alice.refresh_from_db()
+    return Planted(bare, (session_key, alice.password, bare.token.digest, client_id))
+
+
+def refusal(response, context=None):
+    """Assert ``response`` is a clean 4xx error envelope (never a 5xx); return its code."""
+    assert 400 <= response.status_code < 500, (context, response.status_code, response.content)
+    body = response.json()
+    assert set(body) == {"error"} and isinstance(body["error"]["code"], str), body
+    return body["error"]["code"]

@@ -26,6 +26,12 @@ its execution, catch writes the plan cannot show (functions, triggers). A write
 may touch only tables ``RindleAdapter.authorize_sql_write`` allows, never
 ``_rindle_*``, ``django_*`` or ``auth_*`` (those are not readable either). On
 PostgreSQL a writing statement that changes a session setting is refused too.
+On SQLite the authorizer decides every read by the table really read (through
+CTEs, views and subqueries alike), functions are an allow-list
+(``guards.SQLITE_FUNCTIONS``), and a progress handler keeps each statement within
+``SQL_STATEMENT_TIMEOUT_SECONDS`` (``STATEMENT_TIMEOUT``, 408); a writing request
+runs alone on the writer, since SQLite rolls back the whole transaction of an
+interrupted write.
 This is a table allow-list, not a sandbox: give untrusted callers a database
 role instead.
 

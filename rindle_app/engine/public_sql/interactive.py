@@ -253,7 +253,7 @@ class Transactions:
             raise _Speculation(run.statements(statements, writes, state="open"))
 
         try:
-            self.engine.write(speculate)
+            self.engine.write(speculate, alone=True)
         except _Speculation as done:
             return self._answer(txn, statements, writes, done.results)
         except SqlError as exc:
@@ -369,7 +369,7 @@ class Transactions:
             return record, False
 
         try:
-            record, replayed = self.engine.write(apply).value
+            record, replayed = self.engine.write(apply, alone=True).value
         except Unavailable as exc:
             # A timed-out commit may still land: retry it with the same operation_id.
             raise _unavailable(exc, "unknown" if exc.code == "timeout" else "open") from exc

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from django.db import DatabaseError, IntegrityError, connections
@@ -20,6 +21,7 @@ from .guards import (
     _read_forbidden,
     _write_forbidden,
     protected,
+    writer_deadline,
 )
 from .statements import SqlError, encode_value, identity, protocol_error
 
@@ -198,13 +200,11 @@ class Reader:
         try:
             if self.vendor == "sqlite":
                 guard = SqliteGuard(self.principal, allow_writes=True)
-                self.raw.set_authorizer(guard)
-                try:
-                    self.raw.execute("EXPLAIN " + st.driver_sql, st.args or ()).fetchall()
-                except Exception as exc:
-                    raise self._error(exc, st, guard) from None
-                finally:
-                    self.raw.set_authorizer(None)
+                with guard.installed(self.raw):
+                    try:
+                        self.raw.execute("EXPLAIN " + st.driver_sql, st.args or ()).fetchall()
+                    except Exception as exc:
+                        raise self._error(exc, st, guard) from None
                 return guard.writes
             with self.cursor() as cur:
                 self.raw.execute("SAVEPOINT rindle_classify")
@@ -246,18 +246,15 @@ class Reader:
         guard = None
         if self.vendor == "sqlite":
             guard = SqliteGuard(self.principal, allow_writes=False)
-            self.raw.set_authorizer(guard)
         else:
             self.raw.execute("SAVEPOINT rindle_read")
         try:
-            return _execute(self.raw, self.vendor, st, writes=False)
+            with _guarded(guard, self.raw):
+                return _execute(self.raw, self.vendor, st, writes=False)
         except Exception as exc:
             if self.vendor == "postgresql":
                 self.raw.execute("ROLLBACK TO SAVEPOINT rindle_read")
             raise self._error(exc, st, guard) from None
-        finally:
-            if guard is not None:
-                self.raw.set_authorizer(None)
 
     def _error(self, exc, st, guard=None):
         wrapped = _wrap_driver_error(self.conn, exc)
@@ -265,6 +262,11 @@ class Reader:
         if error is None:
             return Unavailable(f"database unavailable: {exc}")
         return error
+
+
+def _guarded(guard, raw, deadline=None):
+    """The SQLite guard's authorizer and time budget on ``raw`` (nothing on PostgreSQL)."""
+    return nullcontext() if guard is None else guard.installed(raw, deadline)
 
 
 def _wrap_driver_error(conn, exc):
@@ -290,6 +292,7 @@ class _Run:
         self.vendor = tx.vendor
         self.raw = tx.connection.connection
         self._schema = None
+        self._deadline = writer_deadline() if self.vendor == "sqlite" else None
 
     def statements(self, statements, writes, state="closed"):
         return [self.one(st, w, state) for st, w in zip(statements, writes)]
@@ -300,12 +303,12 @@ class _Run:
         guard = None
         if self.vendor == "sqlite":
             guard = SqliteGuard(self.principal, allow_writes=True)
-            self.raw.set_authorizer(guard)
         else:
             before = _pg_state(self.raw)
         try:
-            with tx.connection.wrap_database_errors:
-                result = _execute(self.raw, self.vendor, st, writes=bool(writes))
+            with _guarded(guard, self.raw, self._deadline):
+                with tx.connection.wrap_database_errors:
+                    result = _execute(self.raw, self.vendor, st, writes=bool(writes))
             if guard is not None:
                 if not guard.inserted:
                     result["last_insert_rowid"] = None
@@ -317,9 +320,6 @@ class _Run:
             if error is None:
                 raise
             raise error from None
-        finally:
-            if guard is not None:
-                self.raw.set_authorizer(None)
 
     @property
     def schema(self):
@@ -384,7 +384,7 @@ def run_once(engine, principal, route, statements, idempotency_key=None):
             outcomes.store(tx, key, record, now)
         return record, False
 
-    record, replayed = engine.write(apply).value
+    record, replayed = engine.write(apply, alone=True).value
     if replayed:
         return _replay(record, ident, "IDEMPOTENCY_KEY_REUSED")
     return Answer(record["status"], record["body"])
