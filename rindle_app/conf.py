@@ -97,6 +97,22 @@ DEFAULTS = {
     # arguments one of them may buffer.
     "SQL_TRANSACTIONS_MAX_OPEN": 256,
     "SQL_TRANSACTION_MAX_BYTES": 1024 * 1024,
+    # Issue 13 (public SQL on PostgreSQL): the sandbox and the budgets of a statement.
+    # Seconds one public statement may run before it is cancelled (STATEMENT_TIMEOUT,
+    # 408, nothing applied): PostgreSQL's statement_timeout, SQLite's progress handler.
+    "SQL_STATEMENT_TIMEOUT_SECONDS": 5,
+    # Seconds a public statement may wait for a row or table lock (PostgreSQL
+    # lock_timeout; LOCK_TIMEOUT, 408, retryable).
+    "SQL_LOCK_TIMEOUT_SECONDS": 2,
+    # Largest answer of one statement, in bytes of its JSON rows, counted as they are
+    # fetched (more is refused with RESULT_TOO_LARGE, not truncated).
+    "SQL_MAX_RESULT_BYTES": 8 * 1024 * 1024,
+    # Whether /v1/sql/* (not the migrations journal) is served; on PostgreSQL it then
+    # needs its sandbox role (system check rindle.E020, SANDBOX_MISSING otherwise).
+    "SQL_ENABLED": True,
+    # The PostgreSQL role public SQL reads as (write roles are named after it):
+    # NOLOGIN, created and granted by `manage.py rindle_sql_role` and by migrate.
+    "SQL_SANDBOX_ROLE": "rindle_sql",
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

@@ -1,0 +1,244 @@
+"""The PostgreSQL sandbox of public SQL: its role's grants, its budgets, its setup."""
+
+import time
+
+import pytest
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+
+from rindle_app.checks import check_sql_sandbox
+from rindle_app.engine.public_sql import sandbox
+
+from .conftest import error, issue, post, rows, state, token_client
+
+EXECUTE = "/v1/sql/execute"
+BATCH = "/v1/sql/batch"
+BEGIN = "/v1/sql/transactions"
+MUTATE = "/api/rindle/mutate"
+
+# SQL run from text by the function itself, where a plan check cannot see it.
+TS_STAT = (
+    "SELECT word FROM ts_stat('SELECT to_tsvector(''simple'', session_key) FROM django_session')"
+)
+TS_REWRITE = (
+    "SELECT ts_rewrite(to_tsquery('simple', 'x'), "
+    "'SELECT to_tsquery(''simple'', ''x''), to_tsquery(''simple'', username) FROM auth_user')::text"
+)
+# Three ways round a billion-row cross product: far past any budget.
+CROSS = (
+    "SELECT count(*) FROM generate_series(1, 2000) a, generate_series(1, 2000) b, "
+    "generate_series(1, 2000) c"
+)
+CROSS_INSERT = (
+    'INSERT INTO issue (id, title, status, priority, "ownerId", "createdAt", "updatedAt") '
+    "SELECT a || '-' || b || '-' || c, 't', 'todo', 'high', 'alice', 1.5, 1.5 "
+    "FROM generate_series(1, 2000) a, generate_series(1, 2000) b, generate_series(1, 2000) c "
+    "WHERE a + b + c < 0"
+)
+
+
+@pytest.fixture
+def pg(vendor):
+    if vendor != "postgresql":
+        pytest.skip("the database role sandbox is PostgreSQL's (SQLite has its authorizer)")
+
+
+@pytest.fixture
+def secrets(alice):
+    """A session in django_session: what the SQL-text functions used to hand out."""
+    store = SessionStore()
+    store["uid"] = alice.pk
+    store.create()
+    return store.session_key
+
+
+def begin(client):
+    response = post(client, BEGIN, {})
+    assert response.status_code == 200, response.content
+    return response.json()["transaction_id"]
+
+
+def in_txn(client, txn, op, statement):
+    body = {"operation_id": op, "statement": statement}
+    return post(client, f"{BEGIN}/{txn}/execute", body)
+
+
+def test_sql_text_functions_read_with_the_sandbox_role(engine, sql, pg, secrets):
+    """ts_stat and ts_rewrite over django_session and auth_user are refused, everywhere."""
+    before = state()
+    for statement in (TS_STAT, TS_REWRITE):
+        response = post(sql, EXECUTE, {"statement": statement})
+        assert secrets.encode() not in response.content and b"alice" not in response.content
+        error(response, 403, "READ_FORBIDDEN")
+        error(post(sql, BATCH, {"statements": [issue("i1"), statement]}), 403, "READ_FORBIDDEN")
+    # In an interactive transaction: before any write (read-only connection) and after
+    # one (the writer's speculative run).
+    txn = begin(sql)
+    error(in_txn(sql, txn, "1", TS_STAT), 403, "READ_FORBIDDEN")
+    txn = begin(sql)
+    assert in_txn(sql, txn, "1", issue("i2")).status_code == 200
+    response = in_txn(sql, txn, "2", TS_REWRITE)
+    assert b"alice" not in response.content
+    error(response, 403, "READ_FORBIDDEN")
+    assert state() == before
+
+
+def test_a_token_writes_only_its_tables_and_reads_no_protected_one(engine, sql, pg, secrets):
+    """Write grant on issue: user is not writable, auth/django/_rindle tables not readable."""
+    post(sql, EXECUTE, {"statement": issue("i1")})
+    before = state()
+    writes = [
+        "INSERT INTO \"user\" (id, name) VALUES ('u9', 'x')",
+        "UPDATE \"user\" SET name = 'x'",
+        'WITH w AS (DELETE FROM "user" RETURNING id) SELECT id FROM w',
+        "DELETE FROM _rindle_change_events",
+    ]
+    reads = [
+        "SELECT session_key FROM django_session",
+        "SELECT password FROM auth_user",
+        "WITH s AS (SELECT * FROM django_session) SELECT session_key FROM s",
+        "SELECT * FROM _rindle_tokens",
+        "SELECT id FROM issue WHERE EXISTS (SELECT 1 FROM auth_user)",
+    ]
+    for statement in writes:
+        error(post(sql, EXECUTE, {"statement": statement}), 403, "WRITE_FORBIDDEN")
+    for statement in reads:
+        error(post(sql, EXECUTE, {"statement": statement}), 403, "READ_FORBIDDEN")
+    for statement, code in [(w, "WRITE_FORBIDDEN") for w in writes] + [
+        (r, "READ_FORBIDDEN") for r in reads
+    ]:
+        txn = begin(sql)
+        assert in_txn(sql, txn, "1", issue("i2")).status_code == 200
+        error(in_txn(sql, txn, "2", statement), 403, code)
+    assert state() == before
+    # The grants follow the token: one listing user may write it.
+    both = token_client(sql.token.user, "sql", tables=["issue", "user"])
+    ok = post(both, EXECUTE, {"statement": writes[0]})
+    assert ok.status_code == 200, ok.content
+    assert rows('SELECT id FROM "user"') == [("u9",)]
+
+
+def _mutation(client_id, issue_id):
+    args = {
+        "id": issue_id,
+        "title": "after",
+        "status": "todo",
+        "priority": "high",
+        "owner": "alice",
+        "description": "",
+        "descriptionCommentId": f"{issue_id}-c0",
+        "createdAt": 1_704_067_200_000.0,
+    }
+    envelope = {"clientID": client_id, "mid": 1, "name": "createIssue", "args": args}
+    return {"envelope": envelope}
+
+
+def _running(fragment):
+    return rows(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+        "AND pid <> pg_backend_pid() AND query LIKE %s",
+        [f"%{fragment}%"],
+    )[0][0]
+
+
+@pytest.mark.parametrize("statement", [CROSS, CROSS_INSERT], ids=["select", "insert-select"])
+def test_a_runaway_statement_is_cancelled_within_its_budget(engine, sql, pg, alice, statement):
+    """A cross join answers STATEMENT_TIMEOUT (408) in budget + epsilon, and stops there."""
+    budget = 0.5
+    mutator = token_client(alice, "read", "mutate")
+    before = state()
+    with override_settings(RINDLE={"SQL_STATEMENT_TIMEOUT_SECONDS": budget}):
+        started = time.monotonic()
+        response = post(sql, EXECUTE, {"statement": statement})
+        elapsed = time.monotonic() - started
+    print(f"runaway statement answered in {elapsed:.3f} s (budget {budget} s)")
+    err = error(response, 408, "STATEMENT_TIMEOUT")
+    assert err["retryable"] is False
+    assert elapsed < budget + 1.0, elapsed
+    assert _running("generate_series(1, 2000)") == 0  # not left running on the server
+    assert state() == before  # nothing of it applied
+    # The writer is free at once: a client mutation goes through.
+    started = time.monotonic()
+    response = post(mutator, MUTATE, _mutation("c-after", "i-after"))
+    assert response.status_code == 200, response.content
+    assert response.json()["accepted"] is True
+    assert time.monotonic() - started < 1.0
+    assert rows("SELECT title FROM issue WHERE id = 'i-after'") == [("after",)]
+
+
+def test_a_runaway_statement_in_a_transaction_times_out_too(engine, sql, pg):
+    """Inside an interactive transaction, on either connection, the budget holds."""
+    with override_settings(RINDLE={"SQL_STATEMENT_TIMEOUT_SECONDS": 0.5}):
+        txn = begin(sql)
+        error(in_txn(sql, txn, "1", CROSS), 408, "STATEMENT_TIMEOUT")
+        txn = begin(sql)
+        assert in_txn(sql, txn, "1", issue("i1")).status_code == 200
+        error(in_txn(sql, txn, "2", CROSS), 408, "STATEMENT_TIMEOUT")
+    assert rows("SELECT count(*) FROM issue") == [(0,)]
+
+
+def test_a_result_over_the_byte_cap_is_refused(engine, sql):
+    """SQL_MAX_RESULT_BYTES bounds an answer: RESULT_TOO_LARGE, not a truncated result."""
+    with override_settings(RINDLE={"SQL_MAX_RESULT_BYTES": 10_000}):
+        big = post(sql, EXECUTE, {"statement": {"sql": "SELECT ? AS x", "args": ["y" * 20_000]}})
+        error(big, 400, "RESULT_TOO_LARGE")
+        small = post(sql, EXECUTE, {"statement": {"sql": "SELECT ? AS x", "args": ["y" * 100]}})
+        assert small.status_code == 200, small.content
+
+
+def _privileges(role, table):
+    return rows(
+        "SELECT has_table_privilege(%s, %s, 'SELECT'), has_table_privilege(%s, %s, 'INSERT')",
+        [role, table, role, table],
+    )[0]
+
+
+def test_the_role_command_is_idempotent_and_grants_only_the_allowed_tables(engine, sql, pg):
+    """rindle_sql_role twice: the same roles and grants, none on protected tables."""
+    for _ in range(2):
+        call_command("rindle_sql_role")
+        base = sandbox.base_role()
+        writer = sandbox.role_for(["issue"])
+        assert _privileges(base, "issue") == (True, False)
+        assert _privileges(writer, "issue") == (True, True)
+        assert _privileges(writer, '"user"') == (True, False)
+        for table in ("auth_user", "django_session", "_rindle_change_events", "_rindle_tokens"):
+            assert _privileges(writer, table) == (False, False), table
+        assert (
+            rows(
+                "SELECT rolcanlogin, rolsuper FROM pg_roles WHERE rolname = ANY(%s)",
+                [[base, writer]],
+            )
+            == [(False, False)] * 2
+        )
+        assert sandbox.status(connection.alias) is None
+    assert check_sql_sandbox(None, databases=[connection.alias]) == []
+
+
+def test_the_system_check_and_requests_refuse_a_missing_or_unusable_role(engine, sql, pg):
+    """rindle.E020 when the role is missing or can log in; requests answer SANDBOX_MISSING."""
+    missing = f"rindle_sql_missing_{time.monotonic_ns()}"
+    with override_settings(RINDLE={"SQL_SANDBOX_ROLE": missing}):
+        errors = check_sql_sandbox(None, databases=[connection.alias])
+        assert [e.id for e in errors] == ["rindle.E020"], errors
+        assert "does not exist" in errors[0].msg
+        with override_settings(RINDLE={"SQL_SANDBOX_ROLE": missing, "SQL_ENABLED": False}):
+            assert check_sql_sandbox(None, databases=[connection.alias]) == []
+    unusable = f"rindle_sql_login_{time.monotonic_ns()}"
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE ROLE "{unusable}" LOGIN')
+    try:
+        with override_settings(RINDLE={"SQL_SANDBOX_ROLE": unusable}):
+            errors = check_sql_sandbox(None, databases=[connection.alias])
+            assert [e.id for e in errors] == ["rindle.E020"], errors
+            sandbox.forget()
+            before = state()
+            error(post(sql, EXECUTE, {"statement": "SELECT 1"}), 503, "SANDBOX_MISSING")
+            error(post(sql, EXECUTE, {"statement": issue("i1")}), 503, "SANDBOX_MISSING")
+            assert state() == before
+    finally:
+        sandbox.forget()
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP ROLE "{unusable}"')
