@@ -242,3 +242,23 @@ def test_the_system_check_and_requests_refuse_a_missing_or_unusable_role(engine,
         sandbox.forget()
         with connection.cursor() as cursor:
             cursor.execute(f'DROP ROLE "{unusable}"')
+
+
+def test_a_statement_waits_for_a_lock_only_so_long(engine, sql, pg):
+    """A row locked elsewhere: LOCK_TIMEOUT (408, retryable) after the lock budget."""
+    post(sql, EXECUTE, {"statement": issue("i1")})
+    holder = connection.copy()
+    try:
+        with holder.cursor() as cursor:
+            holder.set_autocommit(False)
+            cursor.execute("SELECT id FROM issue WHERE id = 'i1' FOR UPDATE")
+            with override_settings(RINDLE={"SQL_LOCK_TIMEOUT_SECONDS": 0.3}):
+                started = time.monotonic()
+                response = post(sql, EXECUTE, {"statement": "UPDATE issue SET title = 'x'"})
+                elapsed = time.monotonic() - started
+            err = error(response, 408, "LOCK_TIMEOUT")
+            assert err["retryable"] is True and elapsed < 2.0, elapsed
+            holder.rollback()
+    finally:
+        holder.close()
+    assert post(sql, EXECUTE, {"statement": "UPDATE issue SET title = 'x'"}).status_code == 200

@@ -316,6 +316,8 @@ class _Run:
                 _pg_check_effects(before, _pg_state(self.raw), self.principal, self.schema)
             return result
         except Exception as exc:
+            if guard is None:
+                _leave_quietly(self.raw)
             error = _failure(exc, st.index, guard, state, keyword=st.keyword)
             if error is None:
                 raise
@@ -332,6 +334,14 @@ class _Run:
 
     def cv(self):
         return self.tx.scalar(f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}")
+
+
+def _leave_quietly(raw):
+    """Leave the sandbox after a refusal (an aborted transaction's rollback does it too)."""
+    try:
+        sandbox.leave(raw)
+    except Exception:
+        pass
 
 
 def commit_cursor(cv):

@@ -172,6 +172,8 @@ def refresh(alias, writes=(), revoke=False):
 
 
 def _refresh(cur, writes, revoke):
+    # Called from the writer too: never wait without end on a lock its transaction holds.
+    cur.execute("SET LOCAL lock_timeout = 5000")
     cur.execute("SELECT pg_advisory_xact_lock(%s)", [SANDBOX_LOCK])
     cur.execute("SELECT current_schema(), current_user")
     schema, app = cur.fetchone()
