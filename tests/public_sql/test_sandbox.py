@@ -186,6 +186,21 @@ def test_a_result_over_the_byte_cap_is_refused(engine, sql):
         error(big, 400, "RESULT_TOO_LARGE")
         small = post(sql, EXECUTE, {"statement": {"sql": "SELECT ? AS x", "args": ["y" * 100]}})
         assert small.status_code == 200, small.content
+        # Many small rows: refused once the bytes pass the cap, long before the end.
+        many = (
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000000) "
+            "SELECT i, 'padding' FROM n"
+        )
+        started = time.monotonic()
+        error(post(sql, EXECUTE, {"statement": many}), 400, "RESULT_TOO_LARGE")
+        assert time.monotonic() - started < 2.0
+        # On the writer (a read after a write) the answer is fetched, then counted.
+        batch = [issue("i1"), many.replace("5000000", "100000")]
+        error(post(sql, BATCH, {"statements": batch}), 400, "RESULT_TOO_LARGE")
+    empty = post(sql, EXECUTE, {"statement": "SELECT id FROM issue WHERE id = 'none'"})
+    assert empty.status_code == 200, empty.content
+    assert empty.json()["result"]["columns"][0]["name"] == "id"
+    assert rows("SELECT count(*) FROM issue") == [(0,)]
 
 
 def _privileges(role, table):

@@ -3,6 +3,7 @@
 import hashlib
 import json
 from dataclasses import dataclass
+from itertools import islice
 
 from django.db import DatabaseError, IntegrityError, connections
 
@@ -66,22 +67,39 @@ def _cursor(raw, vendor):
     return raw.cursor()
 
 
-def _execute(raw, vendor, st, writes):
-    """Run ``st`` on driver connection ``raw``; its result (``writes``: it may write)."""
+def _execute(raw, vendor, st, writes, stream=False):
+    """
+    Run ``st`` on driver connection ``raw``; its result (``writes``: it may write).
+    ``stream`` (PostgreSQL, on the read-only connection only): fetch row by row,
+    cancelled as soon as a cap is passed, so a large answer is refused before it is
+    all in memory.
+    """
     cur = _cursor(raw, vendor)
+    streamed = None
     try:
-        if vendor == "postgresql":
-            # binary=True forces the extended protocol, which refuses a second statement.
-            cur.execute(st.driver_sql, st.args, binary=True)
-        else:
-            cur.execute(st.driver_sql, st.args or ())
+        first = []
+        if stream and vendor == "postgresql":
+            streamed = cur.stream(st.driver_sql, st.args, binary=True)
+            first = list(islice(streamed, 1))
+            take = lambda n: list(islice(streamed, n))  # noqa: E731
+        if not first:
+            # Not streamed, or streamed to no row: psycopg then has no description, and
+            # the read-only snapshot gives the same empty answer again.
+            if vendor == "postgresql":
+                # binary=True forces the extended protocol: one statement only.
+                cur.execute(st.driver_sql, st.args, binary=True)
+            else:
+                cur.execute(st.driver_sql, st.args or ())
+            take = cur.fetchmany
         rows, columns = [], []
         if cur.description is not None:
             columns = [_column(raw, vendor, d) for d in cur.description]
-            rows = _fetch(cur)
+            rows = _fetch(first, take)
         affected = max(cur.rowcount, 0) if writes else 0
         last = cur.lastrowid if vendor == "sqlite" and affected else None
     finally:
+        if streamed is not None:
+            streamed.close()
         cur.close()
     return {
         "columns": columns,
@@ -93,15 +111,19 @@ def _execute(raw, vendor, st, writes):
     }
 
 
-def _fetch(cur):
-    """The encoded rows of ``cur``, refused as soon as they pass the row or byte cap."""
+def _fetch(first, take):
+    """
+    The encoded rows ``first`` then ``take(n)`` give, refused as soon as they pass the
+    row or byte cap.
+    """
     limit = int(rindle_settings.SQL_MAX_RESULT_ROWS)
     byte_limit = int(rindle_settings.SQL_MAX_RESULT_BYTES)
-    rows, size = [], 0
+    rows, size, chunk = [], 0, first
     while True:
-        chunk = cur.fetchmany(min(256, limit + 1 - len(rows)))
         if not chunk:
-            return rows
+            chunk = take(min(256, limit + 1 - len(rows)))
+            if not chunk:
+                return rows
         chunk = [[encode_value(v) for v in row] for row in chunk]
         rows.extend(chunk)
         if len(rows) > limit:
@@ -111,6 +133,7 @@ def _fetch(cur):
             raise SqlError(
                 f"the statement returns more than {byte_limit} bytes", code="RESULT_TOO_LARGE"
             )
+        chunk = None
 
 
 def _column(raw, vendor, d):
@@ -249,7 +272,7 @@ class Reader:
         else:
             self.raw.execute("SAVEPOINT rindle_read")
         try:
-            return _execute(self.raw, self.vendor, st, writes=False)
+            return _execute(self.raw, self.vendor, st, writes=False, stream=True)
         except Exception as exc:
             if self.vendor == "postgresql":
                 self.raw.execute("ROLLBACK TO SAVEPOINT rindle_read")
