@@ -229,7 +229,23 @@ def test_the_role_command_is_idempotent_and_grants_only_the_allowed_tables(engin
             == [(False, False)] * 2
         )
         assert sandbox.status(connection.alias) is None
+        # Files, large objects and the GUC setter are out of the roles' reach.
+        for function in (
+            "pg_catalog.set_config(text,text,boolean)",
+            "pg_catalog.lo_create(oid)",
+            "pg_catalog.lo_from_bytea(oid,bytea)",
+            "pg_catalog.lo_get(oid)",
+            "pg_catalog.pg_read_file(text)",
+        ):
+            assert rows("SELECT has_function_privilege(%s, %s, 'EXECUTE')", [writer, function]) == [
+                (False,)
+            ], function
     assert check_sql_sandbox(None, databases=[connection.alias]) == []
+    before = state()
+    for statement in ("SELECT lo_from_bytea(0, 'x')", "SELECT lo_get(1)"):
+        error(post(sql, EXECUTE, {"statement": statement}), 403, "FUNCTION_FORBIDDEN")
+        error(post(sql, BATCH, {"statements": [issue("i1"), statement]}), 403, "FUNCTION_FORBIDDEN")
+    assert state() == before
 
 
 def test_the_system_check_and_requests_refuse_a_missing_or_unusable_role(engine, sql, pg):
@@ -277,3 +293,12 @@ def test_a_statement_waits_for_a_lock_only_so_long(engine, sql, pg):
     finally:
         holder.close()
     assert post(sql, EXECUTE, {"statement": "UPDATE issue SET title = 'x'"}).status_code == 200
+
+
+def test_public_sql_can_be_turned_off(engine, sql):
+    """SQL_ENABLED False: /v1/sql/* answers 404 SQL_DISABLED and runs nothing."""
+    before = state()
+    with override_settings(RINDLE={"SQL_ENABLED": False}):
+        error(post(sql, EXECUTE, {"statement": issue("i1")}), 404, "SQL_DISABLED")
+        error(post(sql, BEGIN, {}), 404, "SQL_DISABLED")
+    assert state() == before
