@@ -302,3 +302,22 @@ def test_public_sql_can_be_turned_off(engine, sql):
         error(post(sql, EXECUTE, {"statement": issue("i1")}), 404, "SQL_DISABLED")
         error(post(sql, BEGIN, {}), 404, "SQL_DISABLED")
     assert state() == before
+
+
+def test_a_session_lock_taken_by_a_statement_does_not_outlive_it(engine, sql, pg):
+    """pg_advisory_lock on the reader or the writer is released with the statement."""
+    statements = [
+        ("SELECT pg_advisory_lock(7101)::text", 7101, 200),
+        ("SELECT pg_advisory_lock(7102)::text, 1 / 0", 7102, 400),
+        ("SELECT pg_advisory_lock(7103)", 7103, 400),
+    ]
+    for statement, key, status in statements:
+        for body, url in (
+            ({"statement": statement}, EXECUTE),
+            ({"statements": [issue(f"i{key}"), statement]}, BATCH),
+        ):
+            response = post(sql, url, body)
+            assert response.status_code == status, response.content
+            assert rows("SELECT pg_try_advisory_lock(%s), pg_advisory_unlock(%s)", [key, key]) == [
+                (True, True)
+            ], (statement, url)

@@ -203,6 +203,8 @@ class Reader:
     def __exit__(self, *exc):
         try:
             self.raw.execute("ROLLBACK")
+            if self.vendor == "postgresql":
+                sandbox.release_session_locks(self.raw)
             if self.vendor == "sqlite":
                 self.raw.set_authorizer(None)
                 self.raw.execute("PRAGMA query_only = OFF")
@@ -328,10 +330,10 @@ class _Run:
         try:
             with tx.connection.wrap_database_errors:
                 if guard is None:
-                    sandbox.enter(tx.connection.alias, self.raw, self.principal)
+                    sandbox.enter(tx.connection.alias, self.raw, self.principal, savepoint=True)
                 result = _execute(self.raw, self.vendor, st, writes=bool(writes))
                 if guard is None:
-                    sandbox.leave(self.raw)
+                    sandbox.leave(self.raw, savepoint=True)
             if guard is not None:
                 if not guard.inserted:
                     result["last_insert_rowid"] = None
@@ -340,7 +342,7 @@ class _Run:
             return result
         except Exception as exc:
             if guard is None:
-                _leave_quietly(self.raw)
+                sandbox.abandon(self.raw)
             error = _failure(exc, st.index, guard, state, keyword=st.keyword)
             if error is None:
                 raise
@@ -357,14 +359,6 @@ class _Run:
 
     def cv(self):
         return self.tx.scalar(f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}")
-
-
-def _leave_quietly(raw):
-    """Leave the sandbox after a refusal (an aborted transaction's rollback does it too)."""
-    try:
-        sandbox.leave(raw)
-    except Exception:
-        pass
 
 
 def commit_cursor(cv):

@@ -98,14 +98,17 @@ def _ident(name):
 # --- entering the sandbox ------------------------------------------------------------
 
 
-def enter(alias, raw, principal, idle_seconds=None):
+def enter(alias, raw, principal, idle_seconds=None, savepoint=False):
     """
     Put the transaction open on driver connection ``raw`` (of database ``alias``)
     under the caller's role, with the statement and lock budgets (and the idle budget,
-    when given). Everything is ``LOCAL``: it ends with the transaction or the
-    savepoint it was set in, or at ``leave``.
+    when given). Everything is ``LOCAL``: it ends with the transaction, or at
+    ``leave`` / ``abandon`` (``savepoint``: inside a savepoint of its own, for a
+    transaction that goes on, the writer's).
     """
     with raw.cursor() as cur:
+        if savepoint:
+            cur.execute("SAVEPOINT rindle_sandbox")
         tables = readable(cur)
         writes = sorted(name for _oid, name in tables if principal.can_write(name))
         role = role_for(writes)
@@ -126,12 +129,34 @@ def enter(alias, raw, principal, idle_seconds=None):
         cur.execute(f"SET LOCAL ROLE {_ident(role)}")
 
 
-def leave(raw):
+def leave(raw, savepoint=False):
     """Back to the app's own role and budgets, in a transaction that goes on."""
     with raw.cursor() as cur:
         cur.execute("SET LOCAL ROLE NONE")
         cur.execute("SET LOCAL statement_timeout TO DEFAULT")
         cur.execute("SET LOCAL lock_timeout TO DEFAULT")
+        if savepoint:
+            cur.execute("RELEASE SAVEPOINT rindle_sandbox")
+    release_session_locks(raw)
+
+
+def abandon(raw):
+    """After a failed statement: back to where ``enter(savepoint=True)`` began."""
+    try:
+        raw.execute("ROLLBACK TO SAVEPOINT rindle_sandbox")
+        raw.execute("RELEASE SAVEPOINT rindle_sandbox")
+        release_session_locks(raw)
+    except Exception:
+        pass  # the connection is gone: the writer deals with that
+
+
+def release_session_locks(raw):
+    """
+    Release the session-level advisory locks a statement took: they outlive its
+    transaction, and rindle takes only transaction-level ones (a session lock on
+    the outbox fence's key would stall every reader of the outbox).
+    """
+    raw.execute("SELECT pg_advisory_unlock_all()")
 
 
 def forget():
