@@ -321,3 +321,26 @@ def test_a_session_lock_taken_by_a_statement_does_not_outlive_it(engine, sql, pg
             assert rows("SELECT pg_try_advisory_lock(%s), pg_advisory_unlock(%s)", [key, key]) == [
                 (True, True)
             ], (statement, url)
+
+
+def test_a_security_definer_function_of_the_schema_is_not_the_sandboxs(engine, sql, pg, secrets):
+    """A SECURITY DEFINER function runs as its owner: the sandbox may not call it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION leak() RETURNS text LANGUAGE sql SECURITY DEFINER AS "
+            "$$ SELECT string_agg(session_key, ',') FROM django_session $$"
+        )
+    try:
+        for body, url in (
+            ({"statement": "SELECT leak()"}, EXECUTE),
+            ({"statements": [issue("i1"), "SELECT leak()"]}, BATCH),
+        ):
+            response = post(sql, url, body)
+            assert secrets.encode() not in response.content
+            error(response, 403, "FUNCTION_FORBIDDEN")
+        # The capture trigger's function is one too, and still fires.
+        assert post(sql, EXECUTE, {"statement": issue("i1")}).status_code == 200
+        assert rows("SELECT count(*) FROM _rindle_change_events WHERE pk = '[\"i1\"]'") == [(1,)]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP FUNCTION leak()")

@@ -44,6 +44,12 @@ _TABLES = (
     "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') "
     "ORDER BY c.relname"
 )
+# The schema's SECURITY DEFINER functions: they run as their owner, so the sandbox
+# may call none of them (the capture trigger's is fired, never called).
+_DEFINERS = (
+    "SELECT p.oid::regprocedure::text FROM pg_proc p "
+    "WHERE p.pronamespace = current_schema()::regnamespace AND p.prosecdef ORDER BY 1"
+)
 
 # What the sandbox must not reach besides tables: the GUC setter (a role escape),
 # server-side large objects, and the extensions that reach files or other databases.
@@ -113,7 +119,8 @@ def enter(alias, raw, principal, idle_seconds=None, savepoint=False):
         writes = sorted(name for _oid, name in tables if principal.can_write(name))
         role = role_for(writes)
         key = (raw.info.host, raw.info.port, raw.info.dbname, role)
-        fingerprint = _fingerprint(tables)
+        cur.execute(_DEFINERS)
+        fingerprint = _fingerprint([tables, cur.fetchall()])
         if _ready.get(key) != fingerprint:
             refresh(alias, writes)
             with _ready_lock:
@@ -223,6 +230,9 @@ def _refresh(cur, writes, revoke):
         )
         for (sequence,) in cur.fetchall():
             cur.execute(f"GRANT USAGE ON SEQUENCE {_ident(sequence)} TO {_ident(role)}")
+    cur.execute(_DEFINERS)
+    for (signature,) in cur.fetchall():
+        cur.execute(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC")
     needed = _revoke(cur, app, revoke)
     for name in {base, role}:
         _check_usable(cur, name)
