@@ -344,3 +344,23 @@ def test_a_security_definer_function_of_the_schema_is_not_the_sandboxs(engine, s
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP FUNCTION leak()")
+
+
+def test_statements_run_as_the_callers_role_with_their_budgets(engine, sql, pg):
+    """current_user is the caller's sandbox role, with the budgets; the app's after."""
+    app = rows("SELECT current_user, current_setting('statement_timeout')")
+    probe = (
+        "SELECT current_user::text, current_setting('statement_timeout'), "
+        "current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')"
+    )
+    writer = sandbox.role_for(["issue"])
+    settings = {"SQL_STATEMENT_TIMEOUT_SECONDS": 3, "SQL_LOCK_TIMEOUT_SECONDS": 1}
+    with override_settings(RINDLE={**settings, "SQL_TRANSACTION_IDLE_SECONDS": 7}):
+        read = post(sql, EXECUTE, {"statement": probe}).json()["result"]["rows"]
+        assert read == [[writer, "3s", "1s", "7s"]]
+        batch = post(sql, BATCH, {"statements": [issue("i1"), probe]}).json()
+        assert batch["results"][1]["rows"][0][:3] == [writer, "3s", "1s"]
+    reader = token_client(sql.token.user, "sql")  # no tables: the base role
+    read = post(reader, EXECUTE, {"statement": probe}).json()["result"]["rows"]
+    assert read[0][0] == sandbox.base_role()
+    assert rows("SELECT current_user, current_setting('statement_timeout')") == app
