@@ -63,6 +63,8 @@ WHERE (p.pronamespace = 'pg_catalog'::regnamespace
 ORDER BY 1
 """
 
+_UNLOCK = "SELECT pg_advisory_unlock_all()"
+
 _ready = {}  # (database, role) -> the table fingerprint its grants were made for
 _ready_lock = threading.Lock()
 
@@ -131,20 +133,21 @@ def enter(alias, raw, principal, idle_seconds=None, savepoint=False):
         ]
         if idle_seconds is not None:
             budgets.append(("idle_in_transaction_session_timeout", idle_seconds))
-        for name, seconds in budgets:
-            cur.execute(f"SET LOCAL {name} = {max(1, int(float(seconds) * 1000))}")
-        cur.execute(f"SET LOCAL ROLE {_ident(role)}")
+        # One round trip (no parameters: the simple protocol takes several statements).
+        sets = [f"SET LOCAL {name} = {max(1, int(float(sec) * 1000))}" for name, sec in budgets]
+        cur.execute("; ".join([*sets, f"SET LOCAL ROLE {_ident(role)}"]))
 
 
 def leave(raw, savepoint=False):
     """Back to the app's own role and budgets, in a transaction that goes on."""
-    with raw.cursor() as cur:
-        cur.execute("SET LOCAL ROLE NONE")
-        cur.execute("SET LOCAL statement_timeout TO DEFAULT")
-        cur.execute("SET LOCAL lock_timeout TO DEFAULT")
-        if savepoint:
-            cur.execute("RELEASE SAVEPOINT rindle_sandbox")
-    release_session_locks(raw)
+    statements = [
+        "SET LOCAL ROLE NONE",
+        "SET LOCAL statement_timeout TO DEFAULT",
+        "SET LOCAL lock_timeout TO DEFAULT",
+        *(["RELEASE SAVEPOINT rindle_sandbox"] if savepoint else []),
+        _UNLOCK,
+    ]
+    raw.execute("; ".join(statements))
 
 
 def abandon(raw):
@@ -163,7 +166,7 @@ def release_session_locks(raw):
     transaction, and rindle takes only transaction-level ones (a session lock on
     the outbox fence's key would stall every reader of the outbox).
     """
-    raw.execute("SELECT pg_advisory_unlock_all()")
+    raw.execute(_UNLOCK)
 
 
 def forget():
