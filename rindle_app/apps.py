@@ -19,9 +19,10 @@ class RindleConfig(AppConfig):
             metrics,
         )
         from .conf import rindle_settings
-        from .signals import install_capture_after_migrate
+        from .signals import install_capture_after_migrate, install_sql_sandbox_after_migrate
 
         autodiscover_modules(rindle_settings.MUTATORS_MODULE)
         autodiscover_modules(rindle_settings.QUERIES_MODULE)
         post_migrate.connect(install_capture_after_migrate, sender=self)
+        post_migrate.connect(install_sql_sandbox_after_migrate, sender=self)
         metrics.register()

@@ -2,8 +2,9 @@
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS
@@ -209,3 +210,32 @@ def check_secret_key(app_configs, **kwargs):
                 )
             )
     return errors
+@register(Tags.database)
+def check_sql_sandbox(app_configs, databases=None, **kwargs):
+    # Public SQL on PostgreSQL is only as safe as the role it runs as. A database
+    # check: it runs with migrate and `check --database`, once rindle is migrated.
+    from .conf import rindle_settings
+    from .engine.capture import OUTBOX
+    from .engine.public_sql import sandbox
+
+    alias = rindle_settings.DATABASE
+    if not databases or alias not in databases or not rindle_settings.SQL_ENABLED:
+        return []
+    if alias not in settings.DATABASES or connections[alias].vendor != "postgresql":
+        return []
+    try:
+        if OUTBOX not in connections[alias].introspection.table_names():
+            return []  # not migrated yet: migrate creates the role after
+        problem = sandbox.status(alias)
+    except DatabaseError:
+        return []
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"Public SQL is enabled but its sandbox role is not usable: {problem}.",
+            hint="Run `manage.py rindle_sql_role` (it prints the SQL a superuser must run), "
+            "or set RINDLE['SQL_ENABLED'] = False.",
+            id="rindle.E020",
+        )
+    ]

@@ -126,12 +126,24 @@ DEFAULTS = {
     # it. A snapshot over it is refused with queryError result_too_large; an
     # increment over it drops the subscription with batch_too_large (retryable).
     "WS_MAX_SEND_BYTES": 1024 * 1024,
-    # Issue 13 (SQLite public SQL sandbox): the time budget of one public SQL
-    # statement, in seconds (compiling, running and fetching; each statement of a
-    # batch or transaction has its own). Past it the statement is interrupted and
-    # refused (STATEMENT_TIMEOUT, 408), nothing it did is kept, and the writer is
-    # free again. On PostgreSQL the role's statement_timeout. 0: no budget.
+    # Issue 13 (public SQL sandbox): the database role and the budgets of a statement.
+    # Seconds one public statement may run before it is cancelled (STATEMENT_TIMEOUT,
+    # 408, nothing it did is kept, and the writer is free again): PostgreSQL's
+    # statement_timeout, SQLite's progress handler (on the writer the statements of
+    # one request share the budget). 0: no budget.
     "SQL_STATEMENT_TIMEOUT_SECONDS": 5,
+    # Seconds a public statement may wait for a row or table lock (PostgreSQL
+    # lock_timeout; LOCK_TIMEOUT, 408, retryable).
+    "SQL_LOCK_TIMEOUT_SECONDS": 2,
+    # Largest answer of one statement, in bytes of its JSON rows, counted as they are
+    # fetched (more is refused with RESULT_TOO_LARGE, not truncated).
+    "SQL_MAX_RESULT_BYTES": 8 * 1024 * 1024,
+    # Whether /v1/sql/* (not the migrations journal) is served; on PostgreSQL it then
+    # needs its sandbox role (system check rindle.E020, SANDBOX_MISSING otherwise).
+    "SQL_ENABLED": True,
+    # The PostgreSQL role public SQL reads as (write roles are named after it):
+    # NOLOGIN, created and granted by `manage.py rindle_sql_role` and by migrate.
+    "SQL_SANDBOX_ROLE": "rindle_sql",
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

@@ -29,3 +29,23 @@ def install_capture_after_migrate(sender, using="default", **kwargs):
     engine = running_engine(using)
     if engine is not None:
         engine.refresh()
+
+
+def install_sql_sandbox_after_migrate(sender, using="default", **kwargs):
+    """After ``migrate`` on PostgreSQL, create or refresh the public SQL sandbox roles."""
+    from .conf import rindle_settings
+    from .engine.public_sql import SqlError, sandbox
+
+    if using != rindle_settings.DATABASE or not rindle_settings.SQL_ENABLED:
+        return
+    if connections[using].vendor != "postgresql":
+        return
+    try:
+        needed = sandbox.install(using)
+    except SqlError as exc:
+        # migrate goes on; the system check rindle.E020 and every public SQL request
+        # (SANDBOX_MISSING) say what is missing until it is fixed.
+        logger.warning("%s (run manage.py rindle_sql_role for the SQL to fix it)", exc.message)
+        return
+    for statement in needed:
+        logger.info("public SQL sandbox, recommended as a superuser: %s", statement)

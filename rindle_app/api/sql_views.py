@@ -14,6 +14,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
+from ..conf import rindle_settings
 from ..engine import get_engine
 from ..engine.public_sql import (
     Principal,
@@ -135,7 +136,8 @@ class SqlErrorDetail(serializers.Serializer):
     code = serializers.CharField(
         help_text="PROTOCOL_ERROR, VALUE_UNSUPPORTED, SQL_ERROR, CONSTRAINT_VIOLATION, "
         "DDL_FORBIDDEN, STATEMENT_UNSUPPORTED, WRITE_FORBIDDEN, READ_FORBIDDEN, "
-        "RESULT_TOO_LARGE, IDEMPOTENCY_KEY_REUSED, OPERATION_ID_REUSED, "
+        "FUNCTION_FORBIDDEN, RESULT_TOO_LARGE, STATEMENT_TIMEOUT (408), LOCK_TIMEOUT (408), "
+        "SANDBOX_MISSING (503), SQL_DISABLED (404), IDEMPOTENCY_KEY_REUSED, OPERATION_ID_REUSED, "
         "TRANSACTION_CONFLICT, TRANSACTION_EXPIRED, TRANSACTION_CLOSED, "
         "TRANSACTION_READ_ONLY, TRANSACTION_TOO_LARGE, TRANSACTION_BUSY, "
         "TOO_MANY_TRANSACTIONS, or an authentication/availability code."
@@ -200,6 +202,11 @@ class SqlView(RindleView):
     def get_exception_handler(self):
         return sql_exception_handler
 
+    def initial(self, request, *args, **kwargs):
+        if not rindle_settings.SQL_ENABLED:
+            raise SqlError("public SQL is not enabled here", code="SQL_DISABLED", status=404)
+        super().initial(request, *args, **kwargs)
+
     def principal(self):
         token = self.request.auth if isinstance(self.request.auth, RindleToken) else None
         return Principal(self.request.user, token)
@@ -237,7 +244,7 @@ class ExecuteView(SqlView):
         operation_id="rindle_sql_execute",
         summary="Execute one SQL statement",
         request=ExecuteRequest,
-        responses={200: ExecuteResponse, **_errors(400, 401, 403, 409, 503)},
+        responses={200: ExecuteResponse, **_errors(400, 401, 403, 408, 409, 503)},
     )
     def post(self, request):
         data = self.body(("statement", "idempotency_key", *READ_FIELDS), ("statement",))
@@ -255,7 +262,7 @@ class BatchView(SqlView):
         operation_id="rindle_sql_batch",
         summary="Execute SQL statements atomically",
         request=BatchRequest,
-        responses={200: BatchResponse, **_errors(400, 401, 403, 409, 503)},
+        responses={200: BatchResponse, **_errors(400, 401, 403, 408, 409, 503)},
     )
     def post(self, request):
         data = self.body(("statements", "idempotency_key", *READ_FIELDS), ("statements",))
@@ -292,7 +299,7 @@ class TransactionExecuteView(SqlView):
         operation_id="rindle_sql_transaction_execute",
         summary="Execute statements in a transaction",
         request=TransactionExecuteRequest,
-        responses={200: TransactionExecuteResponse, **_errors(400, 401, 403, 404, 409, 503)},
+        responses={200: TransactionExecuteResponse, **_errors(400, 401, 403, 404, 408, 409, 503)},
     )
     def post(self, request, transaction_id):
         data = self.body(("operation_id", "statement", "statements"), ("operation_id",))
@@ -319,7 +326,7 @@ class TransactionCommitView(SqlView):
         operation_id="rindle_sql_transaction_commit",
         summary="Commit a transaction",
         request=OperationRequest,
-        responses={200: CommitResponse, **_errors(400, 401, 403, 404, 409, 503)},
+        responses={200: CommitResponse, **_errors(400, 401, 403, 404, 408, 409, 503)},
     )
     def post(self, request, transaction_id):
         data = self.body(("operation_id",), ("operation_id",))

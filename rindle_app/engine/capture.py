@@ -119,7 +119,8 @@ NOTIFY_CHANNEL = "rindle_outbox"
 FENCE_KEY = 0x72696E646C65
 
 _PG_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION _rindle_capture() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION _rindle_capture() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $$
 DECLARE
     old_image jsonb;
     new_image jsonb;
@@ -169,7 +170,11 @@ def _install_postgres(cursor, table):
     # and the triggers; two concurrent CREATE OR REPLACE of one function fail one of
     # them ("tuple concurrently updated"), so installs take turns until commit.
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [INSTALL_KEY])
-    cursor.execute(_PG_FUNCTION)
+    # SECURITY DEFINER: a write by the public SQL sandbox role (which may not touch
+    # the outbox) is still captured, as the function's owner; its search_path is fixed
+    # so nothing the writer's session resolves can stand in for the outbox.
+    cursor.execute("SELECT quote_ident(current_schema())")
+    cursor.execute(_PG_FUNCTION.replace("{schema}", cursor.fetchone()[0]))
     wanted = _pg_trigger_sql(table)
     names = trigger_names(table.name)
     for op, sql in wanted.items():

@@ -18,22 +18,20 @@ Where a statement runs:
   captured tables reach live subscribers like any write, and its outcome, when it
   is replayable, commits in the same transaction (``engine.outcomes``).
 
-Which tables a statement writes is read from the database, not from the text: on
-SQLite an authorizer sees every write as the statement is compiled (triggers and
-cascades included); on PostgreSQL the plan's ModifyTable nodes (CTEs included)
-route and refuse it, and the transaction's per-table tuple counters, read around
-its execution, catch writes the plan cannot show (functions, triggers). A write
-may touch only tables ``RindleAdapter.authorize_sql_write`` allows, never
-``_rindle_*``, ``django_*`` or ``auth_*`` (those are not readable either). On
-PostgreSQL a writing statement that changes a session setting is refused too.
-On SQLite the authorizer decides every read by the table really read (through
-CTEs, views and subqueries alike), functions are an allow-list
-(``guards.SQLITE_FUNCTIONS``), and a progress handler keeps each statement within
-``SQL_STATEMENT_TIMEOUT_SECONDS`` (``STATEMENT_TIMEOUT``, 408); a writing request
-runs alone on the writer, since SQLite rolls back the whole transaction of an
-interrupted write.
-This is a table allow-list, not a sandbox: give untrusted callers a database
-role instead.
+What a statement may read and write the database decides. On SQLite an
+authorizer sees every table as the statement is compiled (triggers and cascades
+included) and decides every read by the table really read (through CTEs, views
+and subqueries alike); functions are an allow-list (``guards.SQLITE_FUNCTIONS``).
+On PostgreSQL the statement runs under ``SET LOCAL ROLE`` to a NOLOGIN role
+holding SELECT on the unprotected tables and INSERT/UPDATE/DELETE on the tables
+``RindleAdapter.authorize_sql_write`` allows (``sandbox``), so even SQL a function
+runs from text is checked; the plan's ModifyTable nodes only route the statement
+to the writer. ``_rindle_*``, ``django_*`` and ``auth_*`` are never readable or
+writable. Every statement has a time budget (``SQL_STATEMENT_TIMEOUT_SECONDS``,
+``STATEMENT_TIMEOUT``: SQLite's progress handler, PostgreSQL's statement_timeout)
+and its answer a row and byte cap (``RESULT_TOO_LARGE``). On SQLite a writing
+request runs alone on the writer, since SQLite rolls back the whole transaction of
+an interrupted write.
 
 Interactive transactions never hold the writer across requests. Each statement
 is answered when it is executed (reads with no earlier write of the transaction
@@ -51,9 +49,9 @@ replays it, from any process; the open transactions themselves live in the
 memory of the process that began them.
 
 The package: ``statements`` (errors, values, parsing), ``guards`` (who is asking
-and which tables a statement touches), ``runner`` (the read-only connection, the
-writer, one-shot requests) and ``interactive`` (interactive transactions). Import
-from here.
+and which tables a statement touches), ``sandbox`` (the PostgreSQL roles),
+``runner`` (the read-only connection, the writer, one-shot requests) and
+``interactive`` (interactive transactions). Import from here.
 """
 
 from .guards import PROTECTED_PREFIXES, Principal, SqliteGuard, protected

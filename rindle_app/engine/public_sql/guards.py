@@ -214,9 +214,9 @@ def _function_forbidden(what):
     return SqlError(f"{what} is not available to public SQL", code="FUNCTION_FORBIDDEN", status=403)
 
 
-def _pg_plan_tables(plan):
-    """(tables written, tables read) of an EXPLAIN (FORMAT JSON, VERBOSE) plan."""
-    written, read = set(), set()
+def _pg_written(plan):
+    """The tables an EXPLAIN (FORMAT JSON, VERBOSE) plan writes (its ModifyTable nodes)."""
+    written = set()
     stack = [plan]
     while stack:
         node = stack.pop()
@@ -227,27 +227,15 @@ def _pg_plan_tables(plan):
             continue
         if "Plan" in node:
             stack.append(node["Plan"])
-        name = node.get("Relation Name")
         if node.get("Node Type") == "ModifyTable":
-            if not name:
+            if not node.get("Relation Name"):
                 raise SqlError(
                     "cannot tell which table this statement writes", code="STATEMENT_UNSUPPORTED"
                 )
-            written.add((node.get("Schema"), name))
-        elif name:
-            read.add((node.get("Schema"), name))
+            written.add(node["Relation Name"])
         stack.extend(node.get("Plans", ()))
-    return written, read
+    return written
 
-
-# Functions a plan may not call: server files and processes, locks, settings, and
-# the ones that run SQL given as text (query_to_xml would read any table unseen by
-# the plan's relation check). Matched in the plan, where quoting cannot hide them;
-# a string literal that merely spells one is refused too, which is conservative.
-_PG_DENIED_FUNCTION = re.compile(
-    r"\b((?:pg|lo)_\w+|dblink\w*|\w*_to_xml\w*|xpath\w*|set_config|current_setting)\s*\(",
-    re.IGNORECASE,
-)
 
 _PG_STATE = (
     "SELECT (SELECT md5(string_agg(name || '=' || COALESCE(setting, ''), ',' ORDER BY name)) "

@@ -4,6 +4,7 @@ import hashlib
 import json
 from contextlib import nullcontext
 from dataclasses import dataclass
+from itertools import islice
 
 from django.db import DatabaseError, IntegrityError, connections
 
@@ -12,17 +13,8 @@ from .. import outcomes
 from ..capture import OUTBOX
 from ..errors import RindleError, Unavailable
 from ..writer import is_infrastructure_error
-from .guards import (
-    _PG_DENIED_FUNCTION,
-    SqliteGuard,
-    _pg_check_effects,
-    _pg_plan_tables,
-    _pg_state,
-    _read_forbidden,
-    _write_forbidden,
-    protected,
-    writer_deadline,
-)
+from . import sandbox
+from .guards import SqliteGuard, _pg_check_effects, _pg_state, _pg_written, writer_deadline
 from .statements import SqlError, encode_value, identity, protocol_error
 
 MAX_KEY_LENGTH = 255
@@ -31,7 +23,7 @@ MAX_KEY_LENGTH = 255
 # --- running one statement ------------------------------------------------------------------
 
 
-def _failure(exc, index, guard=None, state="closed"):
+def _failure(exc, index, guard=None, state="closed", keyword=None):
     """The SqlError of a database exception, or None for an infrastructure failure."""
     if guard is not None and guard.denied is not None:
         return guard.denied.at(index, state)
@@ -39,6 +31,9 @@ def _failure(exc, index, guard=None, state="closed"):
         return exc.at(index, state)
     cause = exc.__cause__ or exc
     sqlstate = getattr(cause, "sqlstate", None)
+    refused = sandbox.refusal(cause, keyword)
+    if refused is not None:
+        return refused.at(index, state)
     if sqlstate == "25006":  # read_only_sql_transaction: a function tried to write
         return SqlError(
             "the statement writes, through a function, on a read-only connection",
@@ -73,29 +68,40 @@ def _cursor(raw, vendor):
     return raw.cursor()
 
 
-def _execute(raw, vendor, st, writes):
-    """Run ``st`` on driver connection ``raw``; its result (``writes``: it may write)."""
+def _execute(raw, vendor, st, writes, stream=False):
+    """
+    Run ``st`` on driver connection ``raw``; its result (``writes``: it may write).
+    ``stream`` (PostgreSQL, on the read-only connection only): fetch row by row,
+    cancelled as soon as a cap is passed, so a large answer is refused before it is
+    all in memory.
+    """
     cur = _cursor(raw, vendor)
+    streamed = None
     try:
-        if vendor == "postgresql":
-            # binary=True forces the extended protocol, which refuses a second statement.
-            cur.execute(st.driver_sql, st.args, binary=True)
-        else:
-            cur.execute(st.driver_sql, st.args or ())
-        limit = int(rindle_settings.SQL_MAX_RESULT_ROWS)
+        first = []
+        if stream and vendor == "postgresql":
+            streamed = cur.stream(st.driver_sql, st.args, binary=True)
+            first = list(islice(streamed, 1))
+            take = lambda n: list(islice(streamed, n))  # noqa: E731
+        if not first:
+            # Not streamed, or streamed to no row: psycopg then has no description, and
+            # the read-only snapshot gives the same empty answer again.
+            if vendor == "postgresql":
+                # binary=True forces the extended protocol: one statement only.
+                cur.execute(st.driver_sql, st.args, binary=True)
+            else:
+                cur.execute(st.driver_sql, st.args or ())
+            take = cur.fetchmany
         rows, columns = [], []
         if cur.description is not None:
             columns = [_column(raw, vendor, d) for d in cur.description]
-            rows = cur.fetchmany(limit + 1)
-            if len(rows) > limit:
-                raise SqlError(
-                    f"the statement returns more than {limit} rows", code="RESULT_TOO_LARGE"
-                )
+            rows = _fetch(first, take)
         affected = max(cur.rowcount, 0) if writes else 0
         last = cur.lastrowid if vendor == "sqlite" and affected else None
     finally:
+        if streamed is not None:
+            streamed.close()
         cur.close()
-    rows = [[encode_value(v) for v in row] for row in rows]
     return {
         "columns": columns,
         "rows": rows,
@@ -104,6 +110,31 @@ def _execute(raw, vendor, st, writes):
         "rows_read": len(rows),
         "rows_written": affected,
     }
+
+
+def _fetch(first, take):
+    """
+    The encoded rows ``first`` then ``take(n)`` give, refused as soon as they pass the
+    row or byte cap.
+    """
+    limit = int(rindle_settings.SQL_MAX_RESULT_ROWS)
+    byte_limit = int(rindle_settings.SQL_MAX_RESULT_BYTES)
+    rows, size, chunk = [], 0, first
+    while True:
+        if not chunk:
+            chunk = take(min(256, limit + 1 - len(rows)))
+            if not chunk:
+                return rows
+        chunk = [[encode_value(v) for v in row] for row in chunk]
+        rows.extend(chunk)
+        if len(rows) > limit:
+            raise SqlError(f"the statement returns more than {limit} rows", code="RESULT_TOO_LARGE")
+        size += len(json.dumps(chunk, separators=(",", ":")))
+        if size > byte_limit:
+            raise SqlError(
+                f"the statement returns more than {byte_limit} bytes", code="RESULT_TOO_LARGE"
+            )
+        chunk = None
 
 
 def _column(raw, vendor, d):
@@ -160,6 +191,11 @@ class Reader:
                 self.raw.execute("BEGIN")
             else:
                 self.raw.execute("BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ")
+                idle = rindle_settings.SQL_TRANSACTION_IDLE_SECONDS
+                sandbox.enter(self.using, self.raw, self.principal, idle_seconds=idle)
+        except SqlError:
+            self.__exit__()
+            raise
         except Exception as exc:  # the driver's own errors, or Django's
             self._close()
             raise Unavailable(f"database unavailable: {exc}") from exc
@@ -168,6 +204,8 @@ class Reader:
     def __exit__(self, *exc):
         try:
             self.raw.execute("ROLLBACK")
+            if self.vendor == "postgresql":
+                sandbox.release_session_locks(self.raw)
             if self.vendor == "sqlite":
                 self.raw.set_authorizer(None)
                 self.raw.execute("PRAGMA query_only = OFF")
@@ -218,24 +256,9 @@ class Reader:
                     raise self._error(exc, st) from None
             if isinstance(plan, (str, bytes)):
                 plan = json.loads(plan)
-            written, read = _pg_plan_tables(plan)
-            for schema, table in written:
-                if schema != self.schema or not self.principal.can_write(table):
-                    raise _write_forbidden(table).at(st.index)
-            for schema, table in read:
-                # System catalogs (pg_authid's password hashes, say) are never readable.
-                if protected(table) or schema != self.schema:
-                    raise _read_forbidden(
-                        table if schema == self.schema else f"{schema}.{table}"
-                    ).at(st.index)
-            denied = _PG_DENIED_FUNCTION.search(json.dumps(plan))
-            if denied is not None:
-                raise SqlError(
-                    f"function {denied.group(1)}() is not available to public SQL",
-                    code="FUNCTION_FORBIDDEN",
-                    status=403,
-                ).at(st.index)
-            return {table for _schema, table in written}
+            # The plan only routes the statement (to the writer or not); what it may read
+            # and write the sandbox role's privileges decide, when it is planned and run.
+            return _pg_written(plan)
         except RindleError:
             raise
         except Exception as exc:
@@ -250,7 +273,7 @@ class Reader:
             self.raw.execute("SAVEPOINT rindle_read")
         try:
             with _guarded(guard, self.raw):
-                return _execute(self.raw, self.vendor, st, writes=False)
+                return _execute(self.raw, self.vendor, st, writes=False, stream=True)
         except Exception as exc:
             if self.vendor == "postgresql":
                 self.raw.execute("ROLLBACK TO SAVEPOINT rindle_read")
@@ -258,7 +281,7 @@ class Reader:
 
     def _error(self, exc, st, guard=None):
         wrapped = _wrap_driver_error(self.conn, exc)
-        error = _failure(wrapped, st.index, guard)
+        error = _failure(wrapped, st.index, guard, keyword=st.keyword)
         if error is None:
             return Unavailable(f"database unavailable: {exc}")
         return error
@@ -308,7 +331,13 @@ class _Run:
         try:
             with _guarded(guard, self.raw, self._deadline):
                 with tx.connection.wrap_database_errors:
+                    if guard is None:
+                        sandbox.enter(
+                            tx.connection.alias, self.raw, self.principal, savepoint=True
+                        )
                     result = _execute(self.raw, self.vendor, st, writes=bool(writes))
+                    if guard is None:
+                        sandbox.leave(self.raw, savepoint=True)
             if guard is not None:
                 if not guard.inserted:
                     result["last_insert_rowid"] = None
@@ -316,7 +345,9 @@ class _Run:
                 _pg_check_effects(before, _pg_state(self.raw), self.principal, self.schema)
             return result
         except Exception as exc:
-            error = _failure(exc, st.index, guard, state)
+            if guard is None:
+                sandbox.abandon(self.raw)
+            error = _failure(exc, st.index, guard, state, keyword=st.keyword)
             if error is None:
                 raise
             raise error from None
