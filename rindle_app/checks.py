@@ -210,6 +210,8 @@ def check_secret_key(app_configs, **kwargs):
                 )
             )
     return errors
+
+
 @register(Tags.database)
 def check_sql_sandbox(app_configs, databases=None, **kwargs):
     # Public SQL on PostgreSQL is only as safe as the role it runs as. A database

@@ -332,9 +332,7 @@ class _Run:
             with _guarded(guard, self.raw, self._deadline):
                 with tx.connection.wrap_database_errors:
                     if guard is None:
-                        sandbox.enter(
-                            tx.connection.alias, self.raw, self.principal, savepoint=True
-                        )
+                        sandbox.enter(tx.connection.alias, self.raw, self.principal, savepoint=True)
                     result = _execute(self.raw, self.vendor, st, writes=bool(writes))
                     if guard is None:
                         sandbox.leave(self.raw, savepoint=True)
