@@ -126,3 +126,17 @@ def refusal(response, context=None):
     body = response.json()
     assert set(body) == {"error"} and isinstance(body["error"]["code"], str), body
     return body["error"]["code"]
+
+
+def create_issue_args(issue_id, created_at=1.5):
+    """The args of the demo's ``createIssue`` mutator for a fresh issue ``issue_id``."""
+    return {
+        "id": issue_id,
+        "title": "after",
+        "status": "todo",
+        "priority": "high",
+        "owner": "alice",
+        "description": "",
+        "descriptionCommentId": f"{issue_id}-c0",
+        "createdAt": created_at,
+    }

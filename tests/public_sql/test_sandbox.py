@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from project.demo import models as demo
 
-from .conftest import error, issue, post, refusal, rows, state, token_client
+from .conftest import create_issue_args, error, issue, post, refusal, rows, state, token_client
 
 EXECUTE = "/v1/sql/execute"
 BEGIN = "/v1/sql/transactions"
@@ -168,16 +168,7 @@ def _timed(client, url, body):
 def _mutate(engine, alice, issue_id):
     """A client mutation on the writer; returns its status and how long it took."""
     start = time.monotonic()
-    args = {
-        "id": issue_id,
-        "title": "after",
-        "status": "todo",
-        "priority": "high",
-        "owner": "alice",
-        "description": "",
-        "descriptionCommentId": f"{issue_id}-c0",
-        "createdAt": 1.5,
-    }
+    args = create_issue_args(issue_id)
     result = engine.mutate(f"c-{issue_id}", 1, "createIssue", args, user=alice)
     return result.status, time.monotonic() - start
 

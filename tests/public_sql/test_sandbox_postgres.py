@@ -11,7 +11,7 @@ from django.test import override_settings
 from rindle_app.checks import check_sql_sandbox
 from rindle_app.engine.public_sql import sandbox
 
-from .conftest import error, issue, post, rows, state, token_client
+from .conftest import create_issue_args, error, issue, post, rows, state, token_client
 
 EXECUTE = "/v1/sql/execute"
 BATCH = "/v1/sql/batch"
@@ -121,16 +121,7 @@ def test_a_token_writes_only_its_tables_and_reads_no_protected_one(engine, sql, 
 
 
 def _mutation(client_id, issue_id):
-    args = {
-        "id": issue_id,
-        "title": "after",
-        "status": "todo",
-        "priority": "high",
-        "owner": "alice",
-        "description": "",
-        "descriptionCommentId": f"{issue_id}-c0",
-        "createdAt": 1_704_067_200_000.0,
-    }
+    args = create_issue_args(issue_id, created_at=1_704_067_200_000.0)
     envelope = {"clientID": client_id, "mid": 1, "name": "createIssue", "args": args}
     return {"envelope": envelope}
 

@@ -66,3 +66,11 @@ async def eventually(predicate, timeout=5):
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.01)
+
+
+async def push_set_status(client, client_id="c1", mid=1):
+    """``init`` as ``client_id``, push an empty ``setStatus`` as ``mid``; the reply frame."""
+    await client.send({"t": "init", "clientID": client_id})
+    env = {"clientID": client_id, "mid": mid, "name": "setStatus", "args": {}}
+    await client.send({"t": "pushMutation", "envelope": env})
+    return await client.recv()

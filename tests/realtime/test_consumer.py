@@ -14,7 +14,7 @@ from rindle_app.ivm.normalized import normalized_fp
 from rindle_app.named import named_query
 from rindle_app.testing import outbox_high_water
 
-from .conftest import ORIGIN, Client, eventually
+from .conftest import ORIGIN, Client, eventually, push_set_status
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -188,10 +188,7 @@ async def test_an_anonymous_push_mutation_is_refused_unless_the_project_opts_in(
     """An error frame anonymous_mutations_disabled: no lmid, no row, socket open."""
     client = Client()
     assert await client.connect()
-    await client.send({"t": "init", "clientID": "c1"})
-    env = {"clientID": "c1", "mid": 1, "name": "setStatus", "args": {}}
-    await client.send({"t": "pushMutation", "envelope": env})
-    reply = await client.recv()
+    reply = await push_set_status(client)
     assert (reply["t"], reply["code"], reply["mid"]) == ("error", "anonymous_mutations_disabled", 1)
     assert await db(lambda: live.client_lmid("c1"))() == 0
     await client.send({"t": "subscribe", "queryId": 1, "name": "users", "mode": "normalized"})

@@ -20,7 +20,7 @@ from rindle_app.realtime import limits
 from rindle_app.realtime.consumer import RindleConsumer
 from rindle_app.realtime.hub import get_hub
 
-from .conftest import ORIGIN, Client, application
+from .conftest import ORIGIN, Client, application, push_set_status
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -213,10 +213,7 @@ async def test_a_failing_adapter_during_a_mutation_is_answered(live, settings, l
     }
     client = Client()
     assert await client.connect()
-    await client.send({"t": "init", "clientID": "c1"})
-    env = {"clientID": "c1", "mid": 1, "name": "setStatus", "args": {}}
-    await client.send({"t": "pushMutation", "envelope": env})
-    reply = await client.recv()
+    reply = await push_set_status(client)
     assert reply["t"] == "error" and reply["code"] == "internal_error" and reply["mid"] == 1
     assert "authorize_mutation is broken" in log.text
     await client.close()
