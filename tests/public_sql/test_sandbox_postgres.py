@@ -354,4 +354,7 @@ def test_statements_run_as_the_callers_role_with_their_budgets(engine, sql, pg):
     reader = token_client(sql.token.user, "sql")  # no tables: the base role
     read = post(reader, EXECUTE, {"statement": probe}).json()["result"]["rows"]
     assert read[0][0] == sandbox.base_role()
+    with override_settings(RINDLE={"SQL_STATEMENT_TIMEOUT_SECONDS": 0}):  # 0: no budget
+        read = post(reader, EXECUTE, {"statement": probe}).json()["result"]["rows"]
+        assert read[0][1] == "0"
     assert rows("SELECT current_user, current_setting('statement_timeout')") == app

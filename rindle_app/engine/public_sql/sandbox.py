@@ -99,6 +99,11 @@ def _fingerprint(tables):
     return hashlib.sha256(repr(tables).encode()).hexdigest()
 
 
+def _milliseconds(seconds):
+    """A budget in PostgreSQL's unit; 0 or None is no budget (0 there too)."""
+    return max(1, int(float(seconds) * 1000)) if seconds else 0
+
+
 def _ident(name):
     return '"' + name.replace('"', '""') + '"'
 
@@ -134,7 +139,7 @@ def enter(alias, raw, principal, idle_seconds=None, savepoint=False):
         if idle_seconds is not None:
             budgets.append(("idle_in_transaction_session_timeout", idle_seconds))
         # One round trip (no parameters: the simple protocol takes several statements).
-        sets = [f"SET LOCAL {name} = {max(1, int(float(sec) * 1000))}" for name, sec in budgets]
+        sets = [f"SET LOCAL {name} = {_milliseconds(sec)}" for name, sec in budgets]
         cur.execute("; ".join([*sets, f"SET LOCAL ROLE {_ident(role)}"]))
 
 
