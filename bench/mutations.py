@@ -50,6 +50,11 @@ WORKLOADS = {
         "get_engine().mutate(client, mid, 'benchInsert', args): the mutator does "
         "tx.insert('bench_row', row); 1 caller thread, so 1 mutation per commit",
     ),
+    "engine_owned": (
+        "engine, owned client id",
+        "same as engine, with owner= the caller's principal key, as sockets and "
+        "POST /api/rindle/mutate pass it (the id's owner is checked and claimed)",
+    ),
     "engine_orm": (
         "engine, ORM mutator",
         "same, but the mutator is BenchRow.objects.create(**args) (Django ORM on the "
@@ -351,18 +356,21 @@ class Bench:
         finally:
             self.caller_profile.disable()
 
-    def run_engine(self, tag, n, name="benchInsert"):
+    def run_engine(self, tag, n, name="benchInsert", owner=None):
         engine, rows, client = self.engine, self._rows(tag, n), tag
 
         def timed():
             t0 = time.perf_counter()
             for mid, row in enumerate(rows, 1):
-                result = engine.mutate(client, mid, name, row, user=None)
+                result = engine.mutate(client, mid, name, row, user=None, owner=owner)
                 if result.status != "applied":
                     raise BenchError(f"{name} mutation {mid} was {result.status}: {result.reason}")
             return time.perf_counter() - t0
 
         return self._profiled(timed)
+
+    def run_engine_owned(self, tag, n):
+        return self.run_engine(tag, n, owner="u:bench")
 
     def run_engine_orm(self, tag, n):
         return self.run_engine(tag, n, name="benchInsertOrm")
@@ -659,6 +667,7 @@ def report(args, db, results, env, checks, elapsed_total):
     print()
     ratios = {
         "engine / plain ORM": ratio(results, "engine", "plain_orm"),
+        "engine, owned id / engine": ratio(results, "engine_owned", "engine"),
         "engine, ORM mutator / plain ORM": ratio(results, "engine_orm", "plain_orm"),
         "engine / physical limit": ratio(results, "engine", "physical"),
         "plain ORM / physical limit": ratio(results, "plain_orm", "physical"),
@@ -667,6 +676,7 @@ def report(args, db, results, env, checks, elapsed_total):
     }
     pairs = {
         "engine / plain ORM": paired(results, "engine", "plain_orm"),
+        "engine, owned id / engine": paired(results, "engine_owned", "engine"),
         "engine, ORM mutator / plain ORM": paired(results, "engine_orm", "plain_orm"),
         "engine / physical limit": paired(results, "engine", "physical"),
         "plain ORM / physical limit": paired(results, "plain_orm", "physical"),
