@@ -97,7 +97,6 @@ DEFAULTS = {
     # arguments one of them may buffer.
     "SQL_TRANSACTIONS_MAX_OPEN": 256,
     "SQL_TRANSACTION_MAX_BYTES": 1024 * 1024,
-    # Issue 13 (safe defaults): anonymous writes and who may scrape /metrics.
     # Client mutations from nobody (POST /api/rindle/mutate, websocket pushMutation)
     # are refused with 403 anonymous_mutations_disabled unless this is True (or the
     # adapter's allow_anonymous_mutations() says so); the demo opts in.
@@ -108,7 +107,6 @@ DEFAULTS = {
     # (REMOTE_ADDR in these IPs or CIDR networks), "STAFF" (a staff session; default
     # True), "OPEN" (True: anyone).
     "METRICS_AUTH": None,
-    # Issue 13 (realtime limits): what one socket and one principal may hold.
     # Subscriptions one socket may hold at once (the lmid query included); one more
     # is refused with queryError too_many_subscriptions.
     "WS_MAX_SUBSCRIPTIONS": 100,
@@ -126,7 +124,6 @@ DEFAULTS = {
     # it. A snapshot over it is refused with queryError result_too_large; an
     # increment over it drops the subscription with batch_too_large (retryable).
     "WS_MAX_SEND_BYTES": 1024 * 1024,
-    # Issue 13 (public SQL sandbox): the database role and the budgets of a statement.
     # Seconds one public statement may run before it is cancelled (STATEMENT_TIMEOUT,
     # 408, nothing it did is kept, and the writer is free again): PostgreSQL's
     # statement_timeout, SQLite's progress handler (on the writer the statements of

@@ -6,8 +6,8 @@ cookie, and its session middleware also wraps the server's ``send`` so that an
 HTTP response can save a modified session and set its cookie. A websocket frame
 carries no cookie and that wrapper never saves on one, yet every frame sent still
 passes through it (two lazy session lookups per frame). At a thousand
-subscribers that is about a sixth of the server's CPU per commit
-(``bench/README.md``, W3).
+subscribers that is a visible share of the server's CPU per commit
+(``docs/benchmarks.md``, W3).
 
 ``AuthMiddlewareStack`` here is Channels' stack with one difference: on a
 websocket scope the inner application gets the server's own ``send``. The scope

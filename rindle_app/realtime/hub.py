@@ -15,8 +15,8 @@ Frames go straight to the connections of this process, through one call per
 event loop and commit into each connection's queue (its consumer's sender task
 writes them to the socket), not through the channel layer: the hub serves only
 its own process's sockets, and Channels' in-memory layer costs O(connections)
-per received message, O(N²) per fan-out (228 ms for one commit to 1,000
-sockets, measured by bench/ws.py).
+per received message, O(N²) per fan-out (bench/ws.py measures it; the figures
+are in docs/benchmarks.md).
 
 Order: frames reach a connection's queue under the hub's lock, in
 catalog-version order, so a subscription's seq 0 and the increments after it
@@ -144,7 +144,7 @@ class Hub:
         writer handed its rows over, so a step reads nothing: when the hub is free it
         runs right here. That spares a wake-up of the hub thread and the GIL passing
         back and forth between the two threads, which cost more than the step itself
-        (bench/ivm.py: W1 at 0.36-0.45 x L through the hub thread, 0.57 inline). When
+        (bench/ivm.py measures both ways: docs/benchmarks.md). When
         the hub is busy, this thread already holds it, or on Postgres (no handover:
         the step would read on the writer's connection), the hub thread is woken.
         """

@@ -7,7 +7,7 @@ scope), and each commit's fan-out allocates a few container objects per frame.
 With CPython's default thresholds that allocation runs a young collection every
 700 objects, promotes the writes still waiting for their sockets, and so
 triggers a full collection every few seconds, which walks every long-lived
-object: 100-200 ms during which no socket is written (``bench/README.md``, W3).
+object, a pause during which no socket is written (``docs/benchmarks.md``, W3).
 
 ``tune_gc()`` moves what the process has loaded so far out of the collector's
 reach (``gc.freeze``) and raises the young threshold, so short-lived frames die
