@@ -32,8 +32,6 @@ records one transfer (with a session) for each of ``--namespaces`` namespaces, t
 Results go to bench/results/flow-<backend>.json.
 """
 
-import argparse
-import json
 import statistics
 import sys
 import threading
@@ -43,7 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.mutations import RESULTS_DIR, CpuMeter, django_database, environment  # noqa: E402
+from bench.common import (  # noqa: E402  (the checkout root is on sys.path first)
+    CpuMeter,
+    counts_parser,
+    django_database,
+    environment,
+    rotated,
+    write_results,
+)
 
 DAY_MS = 86_400_000
 NOW = 20_000 * DAY_MS + 12 * 3_600_000  # a fixed noon, UTC
@@ -55,17 +60,13 @@ HOT = {
 }
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--calls", type=int, default=1_000_000, help="hot-path calls per run")
-    p.add_argument("--namespaces", type=int, default=10_000, help="namespaces flushed")
-    p.add_argument("--repeats", type=int, default=5, help="runs of each workload (5)")
-    p.add_argument("--database-url", default=None, help="as bench/mutations.py (default SQLite)")
-    p.add_argument("--json", default=None, help="results file (default bench/results/...)")
-    args = p.parse_args(argv)
-    if min(args.calls, args.namespaces, args.repeats) < 1:
-        p.error("every count must be >= 1")
-    return args
+parse_args = counts_parser(
+    __doc__.split("\n\n")[0],
+    [
+        ("calls", 1_000_000, "hot-path calls per run"),
+        ("namespaces", 10_000, "namespaces flushed"),
+    ],
+)
 
 
 # --- the hot path -----------------------------------------------------------------------
@@ -208,7 +209,7 @@ def main(argv=None):
             getattr(hot, f"run_{key}")()
         samples = {k: [] for k in keys}
         for rep in range(args.repeats):
-            order = keys[rep % len(keys) :] + keys[: rep % len(keys)]
+            order = rotated(keys, rep)
             for key in order:
                 samples[key].append(args.calls / getattr(hot, f"run_{key}")())
             print(
@@ -260,12 +261,7 @@ def main(argv=None):
             print(f"  {name:<32}{value:8.3f}")
         print(f"total time {time.perf_counter() - started:.1f}s")
 
-        out = Path(args.json) if args.json else RESULTS_DIR / f"flow-{db.backend}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "benchmark": "bench/flow.py",
-            "backend": db.backend,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        body = {
             "config": {
                 "calls": args.calls,
                 "namespaces": args.namespaces,
@@ -280,8 +276,7 @@ def main(argv=None):
             "flush_seconds": {k: {"median": fmed[k], "runs": flushes[k]} for k in flushes},
             "ratios": ratios,
         }
-        out.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"results: {out}")
+        write_results(args.json, f"flow-{db.backend}.json", "bench/flow.py", db.backend, body)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ beside the ``COUNT(*)`` a scrape would otherwise run. The median of the interlea
 repeats is reported with ratios; results go to bench/results/ingest-<backend>.json.
 """
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -32,7 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.mutations import RESULTS_DIR, CpuMeter, django_database, environment  # noqa: E402
+from bench.common import (  # noqa: E402  (the checkout root is on sys.path first)
+    CpuMeter,
+    counts_parser,
+    django_database,
+    environment,
+    raw_connection,
+    rotated,
+    write_results,
+)
 
 TABLE = "bench_ingest"
 PAYLOAD = "p" * 64
@@ -44,18 +50,14 @@ WORKLOADS = {
 }
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batches", type=int, default=200, help="batches per workload run (200)")
-    p.add_argument("--rows", type=int, default=100, help="rows per batch (100)")
-    p.add_argument("--repeats", type=int, default=5, help="runs of each workload (5)")
-    p.add_argument("--producers", type=int, default=100_000, help="census size (100000)")
-    p.add_argument("--database-url", default=None, help="as bench/mutations.py (default SQLite)")
-    p.add_argument("--json", default=None, help="results file (default bench/results/...)")
-    args = p.parse_args(argv)
-    if min(args.batches, args.rows, args.repeats, args.producers) < 1:
-        p.error("every count must be >= 1")
-    return args
+parse_args = counts_parser(
+    __doc__.split("\n\n")[0],
+    [
+        ("batches", 200, "batches per workload run (200)"),
+        ("rows", 100, "rows per batch (100)"),
+        ("producers", 100_000, "census size (100000)"),
+    ],
+)
 
 
 class Bench:
@@ -68,32 +70,11 @@ class Bench:
         self.connection, self.transaction = connection, transaction
         self.engine = get_engine()
         self.engine.register_table(TABLE, ["id", "batch", "payload"], [0], ["string"] * 3)
-        self.raw = self._raw()
+        self.raw = raw_connection(db.backend, self.connection.settings_dict)
         self.written = 0
         ph = "?" if db.backend == "sqlite" else "%s"
         self.raw_sql = f'INSERT INTO "{TABLE}" ("id", "batch", "payload") VALUES ({ph}, {ph}, {ph})'
         self.sql = f'INSERT INTO "{TABLE}" ("id", "batch", "payload") VALUES (%s, %s, %s)'
-
-    def _raw(self):
-        s = self.connection.settings_dict
-        if self.db.backend == "sqlite":
-            import sqlite3
-
-            from rindle_app.conf import rindle_settings
-
-            conn = sqlite3.connect(s["NAME"], isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={rindle_settings.SQLITE_SYNCHRONOUS}")
-            conn.execute("PRAGMA busy_timeout=20000")
-            return conn
-        import psycopg
-
-        return psycopg.connect(
-            dbname=s["NAME"],
-            user=s.get("USER") or None,
-            host=s.get("HOST") or None,
-            port=s.get("PORT") or None,
-        )
 
     def batches(self, tag):
         n, rows = self.args.batches, self.args.rows
@@ -211,7 +192,7 @@ def main(argv=None):
             bench.written += args.batches * args.rows
         samples = {k: [] for k in keys}
         for rep in range(args.repeats):
-            order = keys[rep % len(keys) :] + keys[: rep % len(keys)]
+            order = rotated(keys, rep)
             for key in order:
                 elapsed = getattr(bench, f"run_{key}")(f"r{rep}-{key}")
                 bench.written += args.batches * args.rows
@@ -254,27 +235,16 @@ def main(argv=None):
         )
         print(f"checks: {checks['rows']} rows, {checks['captured']} captured; ok")
         print(f"total time {time.perf_counter() - started:.1f}s")
-        out = Path(args.json) if args.json else RESULTS_DIR / f"ingest-{db.backend}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(
-            json.dumps(
-                {
-                    "benchmark": "bench/ingest.py",
-                    "backend": db.backend,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "config": vars(args),
-                    "environment": env,
-                    "batches_per_s": samples,
-                    "median_batches_per_s": med,
-                    "ratios": ratios,
-                    "census": census,
-                    "checks": checks,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        print(f"results written to {out.relative_to(ROOT)}")
+        body = {
+            "config": vars(args),
+            "environment": env,
+            "batches_per_s": samples,
+            "median_batches_per_s": med,
+            "ratios": ratios,
+            "census": census,
+            "checks": checks,
+        }
+        write_results(args.json, f"ingest-{db.backend}.json", "bench/ingest.py", db.backend, body)
         return 0
 
 

@@ -30,10 +30,6 @@ import time
 from pathlib import Path
 
 
-def dumps(obj):
-    return json.dumps(obj, separators=(",", ":"), default=str)
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     config = json.loads(Path(argv[0]).read_text())
@@ -44,6 +40,8 @@ def main(argv=None):
     import logging
 
     import django
+
+    from bench.common import dumps
 
     django.setup()
     logging.getLogger("rindle").setLevel(logging.WARNING)

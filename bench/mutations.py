@@ -20,25 +20,31 @@ PASS/FAIL; the exit status is 0 either way and non-zero only on errors.
 
 import argparse
 import cProfile
-import io
-import json
 import os
-import platform
-import pstats
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+from bench.common import (  # noqa: E402  (the checkout root is on sys.path first)
+    RESULTS_DIR,
+    BenchError,
+    CpuMeter,
+    django_database,
+    environment,
+    loadavg,
+    pick_workloads,
+    raw_connection,
+    rotated,
+    top_functions,
+    write_results,
+)
+
 TABLE = "bench_row"
 TARGET = 0.7  # engine >= TARGET x plain ORM (the issue's SQLite target)
 PAYLOAD = "p" * 64
@@ -86,10 +92,6 @@ WORKLOADS = {
         "'benchInsert' ...); n mutations in total (group commit)",
     ),
 }
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 # --- command line ----------------------------------------------------------------
@@ -147,123 +149,8 @@ def parse_args(argv=None):
             p.error("--cpus takes a comma-separated list of CPU numbers")
     else:
         args.cpu_set = None
-    if args.only:
-        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-        unknown = [w for w in wanted if w not in WORKLOADS]
-        if unknown:
-            p.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
-        args.workloads = [w for w in WORKLOADS if w in wanted]
-    else:
-        args.workloads = list(WORKLOADS)
+    args.workloads = pick_workloads(p, args.only, WORKLOADS)
     return args
-
-
-# --- the database -------------------------------------------------------------------
-
-
-class BenchDatabase:
-    """A fresh database for one run; ``url`` is what DATABASE_URL is set to."""
-
-    def __init__(self, url):
-        self.given = url
-        self.tmpdir = None
-        self.pg_admin_url = None
-        self.pg_name = None
-        self.backend = None
-        self.url = None
-        self.path = None
-        self.fresh = True
-
-    def create(self):
-        if not self.given:
-            self.backend = "sqlite"
-            self.tmpdir = tempfile.mkdtemp(prefix="rindle-bench-")
-            self.path = str(Path(self.tmpdir) / "bench.sqlite3")
-            self.url = f"sqlite:///{self.path}"
-            return self
-        scheme = urlsplit(self.given).scheme
-        if scheme.startswith("sqlite"):
-            self.backend = "sqlite"
-            self.url = self.given
-            self.path = self.given.split(":///", 1)[-1]
-            self.fresh = False
-            return self
-        if scheme not in ("postgres", "postgresql", "pgsql"):
-            raise BenchError(f"unsupported database URL scheme {scheme!r}")
-        import psycopg
-
-        self.backend = "postgresql"
-        parts = urlsplit(self.given)
-        self.pg_admin_url = urlunsplit(("postgresql", *parts[1:]))
-        self.pg_name = f"rindle_bench_{os.getpid()}"
-        try:
-            admin = psycopg.connect(self.pg_admin_url, autocommit=True)
-        except psycopg.OperationalError:  # the named database may not exist: use the default
-            self.pg_admin_url = urlunsplit(("postgresql", parts.netloc, "/postgres", "", ""))
-            admin = psycopg.connect(self.pg_admin_url, autocommit=True)
-        with admin as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}"')
-            conn.execute(f'CREATE DATABASE "{self.pg_name}"')
-        self.url = urlunsplit((parts.scheme, parts.netloc, "/" + self.pg_name, parts.query, ""))
-        return self
-
-    def describe(self):
-        if self.backend == "sqlite":
-            path = self.path
-            return f"{path} ({'fresh, ' if self.fresh else 'given, '}migrated in this process)"
-        return f"{self.pg_name} on {urlsplit(self.given).hostname} (fresh, migrated, dropped after)"
-
-    def drop(self):
-        if self.tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-        if self.pg_name:
-            import psycopg
-
-            with psycopg.connect(self.pg_admin_url, autocommit=True) as conn:
-                try:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
-                except psycopg.Error:  # before PostgreSQL 13
-                    conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}"')
-
-
-@contextmanager
-def django_database(database_url, debug=False):
-    """
-    A fresh ``BenchDatabase`` with Django set up and migrated on it, for a benchmark
-    that runs in this process; the engine is shut down and the database dropped on exit.
-    """
-    db = BenchDatabase(database_url).create()
-    try:
-        os.environ["DATABASE_URL"] = db.url
-        os.environ.pop("RINDLE_TEST_DATABASE_NAME", None)
-        os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-        os.environ["DJANGO_DEBUG"] = "1" if debug else "0"
-        sys.path.insert(0, str(ROOT))
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        yield db
-    finally:
-        stop_django()
-        db.drop()
-
-
-def stop_django():
-    """Shut the engine down and close Django's connections, if Django was set up."""
-    if "django" not in sys.modules:
-        return
-    try:
-        from django.db import connections
-
-        from rindle_app.engine import shutdown
-
-        shutdown()
-        connections.close_all()
-    except Exception:  # tearing down after a failed run: the failure is what matters
-        pass
 
 
 # --- the benchmark -----------------------------------------------------------------------
@@ -315,31 +202,12 @@ class Bench:
     # --- the raw driver --------------------------------------------------------------
 
     def _raw_connection(self):
-        settings_dict = self.connection.settings_dict
-        if self.db.backend == "sqlite":
-            import sqlite3
-
-            from rindle_app.conf import rindle_settings
-
-            conn = sqlite3.connect(settings_dict["NAME"], isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            # The engine's writer durability (RINDLE SQLITE_SYNCHRONOUS, NORMAL by default).
-            conn.execute(f"PRAGMA synchronous={rindle_settings.SQLITE_SYNCHRONOUS}")
-            conn.execute("PRAGMA busy_timeout=20000")
-            self.raw_sql = f'INSERT INTO "{TABLE}" ("id", "client", "payload") VALUES (?, ?, ?)'
-            return conn
-        import psycopg
-
-        conn = psycopg.connect(
-            dbname=settings_dict["NAME"],
-            user=settings_dict.get("USER") or None,
-            password=settings_dict.get("PASSWORD") or None,
-            host=settings_dict.get("HOST") or None,
-            port=settings_dict.get("PORT") or None,
-            autocommit=False,
+        # The engine's writer durability (RINDLE SQLITE_SYNCHRONOUS, NORMAL by default).
+        mark = "?" if self.db.backend == "sqlite" else "%s"
+        self.raw_sql = (
+            f'INSERT INTO "{TABLE}" ("id", "client", "payload") VALUES ({mark}, {mark}, {mark})'
         )
-        self.raw_sql = f'INSERT INTO "{TABLE}" ("id", "client", "payload") VALUES (%s, %s, %s)'
-        return conn
+        return raw_connection(self.db.backend, self.connection.settings_dict)
 
     # --- workloads: each returns the elapsed seconds of n operations -----------------
 
@@ -512,95 +380,7 @@ def profile_writer_thread():
     Engine._loop = _loop
 
 
-def top_functions(prof, limit=25):
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.strip_dirs().sort_stats("tottime").print_stats(limit)
-    return out.getvalue()
-
-
 # --- reporting ----------------------------------------------------------------------------
-
-
-def environment(backend):
-    from django import get_version
-    from django.db import connection
-
-    env = {
-        "python": platform.python_version(),
-        "django": get_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-    }
-    if backend == "sqlite":
-        import sqlite3
-
-        env["sqlite"] = sqlite3.sqlite_version
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version")
-            env["postgres"] = cursor.fetchone()[0]
-            for name in ("fsync", "synchronous_commit"):
-                cursor.execute(f"SHOW {name}")
-                env[f"postgres_{name}"] = cursor.fetchone()[0]
-    env.update(git_state())
-    env["loadavg_start"] = _loadavg()
-    return env
-
-
-def git_state():
-    """
-    {git_commit, rindle_app_dirty} of the checkout being measured ({} outside git):
-    uncommitted changes to the engine make the commit alone an incomplete label.
-    """
-    git = ["git", "-C", str(ROOT)]
-    try:
-        commit = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "rindle_app"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    return {"git_commit": commit, "rindle_app_dirty": bool(dirty)}
-
-
-class CpuMeter:
-    """CPUs kept busy by OTHER processes while the workloads ran (Linux /proc/stat)."""
-
-    def __init__(self):
-        self.start = self._sample()
-
-    @staticmethod
-    def _sample():
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        own = os.times()
-        busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-        return busy, own.user + own.system, time.monotonic()
-
-    def other_cpus(self):
-        end = self._sample()
-        if self.start is None or end is None or end[2] <= self.start[2]:
-            return None
-        busy = end[0] - self.start[0]
-        own = end[1] - self.start[1]
-        return round(max(0.0, busy - own) / (end[2] - self.start[2]), 2)
-
-
-def _loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:  # pragma: no cover - not on every platform
-        return None
 
 
 def ratio(results, a, b):
@@ -720,21 +500,13 @@ def main(argv=None):
     if args.cpu_set:  # before any thread starts: new threads inherit the affinity
         os.sched_setaffinity(0, args.cpu_set)
     started = time.perf_counter()
-    db = BenchDatabase(args.database_url).create()
+    with django_database(args.database_url, debug=args.django_debug) as db:
+        return _run(args, db, started)
+
+
+def _run(args, db, started):
     bench = None
     try:
-        os.environ["DATABASE_URL"] = db.url
-        os.environ.pop("RINDLE_TEST_DATABASE_NAME", None)
-        os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
-        os.environ["DJANGO_DEBUG"] = "1" if args.django_debug else "0"
-        sys.path.insert(0, str(ROOT))
-
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
         if args.profile:
             profile_writer_thread()
 
@@ -750,7 +522,7 @@ def main(argv=None):
         samples = {key: [] for key in keys}
         orders = []
         for rep in range(args.repeats):
-            order = keys[rep % len(keys) :] + keys[: rep % len(keys)]
+            order = rotated(keys, rep)
             orders.append(order)
             for key in order:
                 elapsed = bench.run(key, f"r{rep}-{key}", args.n)
@@ -773,7 +545,7 @@ def main(argv=None):
                 "max_ops_s": max(ops),
                 "ops_s": ops,
             }
-        env["loadavg_end"] = _loadavg()
+        env["loadavg_end"] = loadavg()
         env["other_cpus_busy"] = meter.other_cpus()
         summary = report(args, db, results, env, checks, time.perf_counter() - started)
 
@@ -791,12 +563,7 @@ def main(argv=None):
                 print(f"\n=== {name} thread, top functions by own time ({path}) ===")
                 print(top_functions(prof))
 
-        out = Path(args.json) if args.json else RESULTS_DIR / f"mutations-{db.backend}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "benchmark": "bench/mutations.py",
-            "backend": db.backend,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        body = {
             "config": {
                 "n": args.n,
                 "repeats": args.repeats,
@@ -815,15 +582,13 @@ def main(argv=None):
             "checks": checks,
             **summary,
         }
-        out.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"results written to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+        write_results(
+            args.json, f"mutations-{db.backend}.json", "bench/mutations.py", db.backend, body
+        )
         return 0
     finally:
         if bench is not None:
             bench.close()
-        if db.backend:
-            stop_django()
-        db.drop()
 
 
 if __name__ == "__main__":

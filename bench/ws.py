@@ -334,17 +334,6 @@ def proc_rss_kib(pid):
     return None
 
 
-def machine_busy():
-    """(busy CPU seconds of the whole machine, monotonic time), from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), time.monotonic()
-
-
 class Server:
     """
     Daphne serving ``bench.ws:application`` (the project's app plus the group route).
@@ -743,6 +732,8 @@ class Bench:
 
     def phase(self, variant, n):
         """Open n connections, drive the commits, collect: the variant's figures."""
+        from bench.common import machine_busy
+
         self.phase_no += 1
         kind = "group" if variant == "group_send" else "rindle"
         subscribe = {"queryId": 1, "name": QUERY_NAME, "args": QUERY_ARGS, "mode": "normalized"}
@@ -1002,7 +993,7 @@ def environment(db):
         env["daphne"] = daphne.__version__
     except (ImportError, AttributeError):
         pass
-    from bench.mutations import git_state
+    from bench.common import git_state
 
     env.update(git_state())
     try:
@@ -1271,12 +1262,9 @@ def main(argv=None):
         else:
             print("correctness gate: every replica equals the database; no seq gaps; ok")
 
-        out = Path(args.json) if args.json else RESULTS_DIR / f"ws-{db.backend}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "benchmark": "bench/ws.py",
-            "backend": db.backend,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        from bench.common import write_results
+
+        body = {
             "config": {
                 "sizes": args.size_list,
                 "slow_sizes": args.slow_list,
@@ -1299,8 +1287,7 @@ def main(argv=None):
             "server_log": server_log,
             **summary,
         }
-        out.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"results written to {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+        write_results(args.json, f"ws-{db.backend}.json", "bench/ws.py", db.backend, body)
         return 0 if valid else 3
     finally:
         if bench is not None:

@@ -63,3 +63,94 @@ class hold_writer:
     def __exit__(self, *exc):
         self._release.set()
         self.engine.wait(self._request)
+
+
+# --- the IVM oracle: what a maintained view must equal, computed from scratch ------------
+
+
+class IndexedSource:
+    """
+    ``ivm.evaluate.ListSource`` semantics (children whose correlated fields equal the
+    parent's under the comparator; null never matches), found through a hash index
+    built once per snapshot instead of a scan per parent, so the oracle stays cheap on
+    benchmark-sized tables. ``rows``: ``{table: [row dict, ...]}``.
+    """
+
+    def __init__(self, rows):
+        from .ivm.store import index_key
+
+        self.rows = rows
+        self._index_key = index_key
+        self._indexes = {}
+
+    def lookup(self, table, columns, key):
+        """The rows of ``table`` whose ``columns`` hold ``key`` (an ``index_key``)."""
+        if key is None:
+            return []
+        index = self._indexes.get((table, columns))
+        if index is None:
+            index = {}
+            for row in self.rows.get(table, ()):
+                k = self._index_key(row, columns)
+                if k is not None:
+                    index.setdefault(k, []).append(row)
+            self._indexes[(table, columns)] = index
+        return index.get(key, [])
+
+    def children(self, related, parent):
+        key = self._index_key(parent, related.parent_fields)
+        return self.lookup(related.subquery.table, related.child_fields, key)
+
+
+def row_set(pairs):
+    """(table, row) pairs as a set of (table, canonical JSON): footprints compared by content."""
+    import json
+
+    return {(t, json.dumps(r, sort_keys=True, default=str)) for t, r in pairs}
+
+
+def reference_view(query, source, schema):
+    """
+    ``(result, rendered)``: the reference evaluator's view of ``query`` over ``source``
+    (an ``IndexedSource``, or ``{table: rows}``), and the rows it renders as a
+    ``row_set`` (what a maintained view's footprint must hold). A root
+    ``column = literal`` conjunct picks the candidates by index (the rows for which
+    the condition could hold at all); ``Evaluator.select`` still filters them, so the
+    result is ``ivm.evaluate.evaluate``'s.
+    """
+    from .ivm.ast import And, Simple
+    from .ivm.evaluate import Evaluator
+    from .ivm.store import index_key
+
+    if not isinstance(source, IndexedSource):
+        source = IndexedSource(source)
+    evaluator = Evaluator(source, schema)
+    seen = []
+    evaluator.visit = lambda table, row, *_key: seen.append((table, row))
+    where = query.where
+    conditions = where.conditions if isinstance(where, And) else (where,)
+    candidates = source.rows.get(query.table, ())
+    for c in conditions:
+        if isinstance(c, Simple) and c.op == "=" and c.value is not None:
+            key = index_key({c.column: c.value}, (c.column,))
+            candidates = source.lookup(query.table, (c.column,), key)
+            break
+    if query.aggregate is not None:  # a root aggregate is one scalar
+        return evaluator.aggregate(query, candidates), row_set(seen)
+    nodes = evaluator.level(query, candidates)
+    if query.one:
+        return (nodes[0] if nodes else None), row_set(seen)
+    return nodes, row_set(seen)
+
+
+def fresh_rows(engine, tables=None):
+    """``(version, {table: rows})``: a new snapshot of ``engine``'s tables (or ``tables``)."""
+    from .stream.reader import snapshot
+
+    return snapshot(engine.using, list(engine.tables) if tables is None else tables)
+
+
+def fresh_result(engine, query):
+    """``query``'s result computed from scratch on a new snapshot of ``engine``'s database."""
+    _version, rows = fresh_rows(engine)
+    return reference_view(query, rows, engine.tables)[0]

@@ -1,10 +1,14 @@
 """The foreign-key audit: report rows whose declared reference has no target."""
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from django.db import connections
 
+from ..conf import rindle_settings
+from .engine import running_engine
 from .identifiers import quote
+from .registry import introspect_tables
 
 
 @dataclass
@@ -18,6 +22,23 @@ class ForeignKeyAudit:
     @property
     def ok(self):
         return not self.violations
+
+
+def run_audit(using=None, max_rows=1000):
+    """
+    The ``ForeignKeyAudit`` of ``using``'s registered tables, at most ``max_rows``
+    violations. A running engine of this process audits its own table map (tables it
+    registered at run time included); otherwise the tables an engine would register
+    are read from the database, so the audit writes nothing and starts no writer.
+    Both ``manage.py rindle_fk_audit`` and the admin's audit page call it.
+    """
+    using = using or rindle_settings.DATABASE
+    engine = running_engine(using)
+    if engine is not None:
+        return engine.foreign_key_audit(max_rows)
+    return foreign_key_audit(
+        SimpleNamespace(using=using, tables=introspect_tables(using)), max_rows
+    )
 
 
 def foreign_key_audit(engine, max_rows=1000):

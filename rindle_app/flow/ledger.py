@@ -684,14 +684,14 @@ class FlowLedger:
         """
         check_namespace(namespace)
         day = utc_day(check_time(now_unix_ms, "now"))
-        merged = self._series(namespace, day, day)
+        merged = self.series(namespace, day, day)
         return merged.get(day)
 
     def glance(self, namespace, now_unix_ms):
         """Today's flow, and when the namespace was last seen over the whole kept window."""
         check_namespace(namespace)
         day = utc_day(check_time(now_unix_ms, "now"))
-        today = self._series(namespace, day, day).get(day) or FlowDay(namespace, day)
+        today = self.series(namespace, day, day).get(day) or FlowDay(namespace, day)
         floor = day - self.retention_days + 1
         stored = self._store.last_seen(namespace, floor)
         last = max(stored, *self._local_last_seen(namespace, floor))
@@ -715,7 +715,7 @@ class FlowLedger:
         days = min(_check_days(days), self.retention_days)
         if days == 0:
             return []
-        merged = self._series(namespace, day - days + 1, day)
+        merged = self.series(namespace, day - days + 1, day)
         return [(d, merged[d].moved) for d in sorted(merged) if merged[d].moved]
 
     def window_bytes(self, namespace, now_unix_ms, days):
@@ -738,7 +738,7 @@ class FlowLedger:
             )
         floor = day - self.retention_days + 1
         stored_today, last_seen = self._store.fleet_rows(day, floor)
-        local = self._local_rows(None, floor, day)
+        local = self.local_rows(None, floor, day)
         today_rows = {}
         for row in stored_today:
             if row.node != self.node or (row.namespace, row.day) not in local:
@@ -774,9 +774,9 @@ class FlowLedger:
             **totals,
         )
 
-    # --- reading helpers ---------------------------------------------------------------
+    # --- reading helpers (public: the admin's fleet page merges figures as these do) -----
 
-    def _local_rows(self, namespace, first_day, last_day):
+    def local_rows(self, namespace, first_day, last_day):
         """
         This process's figures ``{(namespace, day): Row}`` in the day range, for one
         namespace or (None) all: the live slots, each rolled first when it still
@@ -800,9 +800,9 @@ class FlowLedger:
                     found.setdefault((ns, d), row)
         return found
 
-    def _series(self, namespace, first_day, last_day):
+    def series(self, namespace, first_day, last_day):
         """``{day: FlowDay}`` of one namespace over the day range, every node summed."""
-        local = self._local_rows(namespace, first_day, last_day)
+        local = self.local_rows(namespace, first_day, last_day)
         by_day = {}
         for row in self._store.rows(namespace, first_day, last_day):
             if row.node == self.node and (namespace, row.day) in local:

@@ -7,11 +7,9 @@ import pytest
 from django.db import connection
 
 from project.demo.models import Comment, Issue, User
-from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
-from rindle_app.stream.reader import snapshot
-from rindle_app.testing import outbox_high_water
+from rindle_app.testing import fresh_result, outbox_high_water
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,8 +40,7 @@ ISSUES_WITH_COMMENTS = {
 
 def fresh(live, shared):
     """The query evaluated from scratch on a new snapshot of the database."""
-    _version, rows = snapshot(live.engine.using, list(live.engine.tables))
-    return evaluate(shared.query, rows, live.engine.tables)
+    return fresh_result(live.engine, shared.query)
 
 
 def issue(i, owner="u1", at=None):

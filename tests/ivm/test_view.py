@@ -11,6 +11,7 @@ from rindle_app.ivm.evaluate import Evaluator, ListSource, evaluate
 from rindle_app.ivm.fixtures import Schema
 from rindle_app.ivm.store import MemoryStore
 from rindle_app.ivm.view import View
+from rindle_app.testing import reference_view, row_set
 
 from ..conftest import examples
 
@@ -323,6 +324,10 @@ def check_view(query, seed, writes):
         rows = {t: list(store.rows(t)) for t in SCHEMA}
         assert view.result() == evaluate(query, rows, SCHEMA)
         assert client == fresh_footprint(query, rows)
+        # The shared oracle (rindle_app.testing, also the benchmark's gate) agrees.
+        want, rendered = reference_view(query, rows, SCHEMA)
+        assert view.result() == want
+        assert row_set(view.footprint_rows()) == rendered
     return view
 
 

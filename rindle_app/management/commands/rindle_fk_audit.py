@@ -8,37 +8,17 @@ synced table missing).
 
 import argparse
 import json
-from types import SimpleNamespace
 
 from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.connection import ConnectionDoesNotExist
 
-from rindle_app.conf import rindle_settings
 from rindle_app.engine import RindleError
-from rindle_app.engine.audit import foreign_key_audit
-from rindle_app.engine.engine import running_engine
-from rindle_app.engine.registry import introspect_tables
+from rindle_app.engine.audit import run_audit
 
 DEFAULT_MAX_ROWS = 1000
 # The report is held in memory; past this a cap is a typo, not a plan.
 MAX_ROWS_LIMIT = 10**9
-
-
-def run_audit(using=None, max_rows=DEFAULT_MAX_ROWS):
-    """
-    The ``ForeignKeyAudit`` of ``using``'s registered tables, at most ``max_rows``
-    violations. A running engine of this process audits its own table map (tables it
-    registered at run time included); otherwise the tables an engine would register
-    are read from the database, so the audit writes nothing and starts no writer.
-    """
-    using = using or rindle_settings.DATABASE
-    engine = running_engine(using)
-    if engine is not None:
-        return engine.foreign_key_audit(max_rows)
-    return foreign_key_audit(
-        SimpleNamespace(using=using, tables=introspect_tables(using)), max_rows
-    )
 
 
 def audit_report(audit, max_rows):
