@@ -100,6 +100,7 @@ class Runtime:
         with self._engine_lock:
             engine = self._engine
             if engine is None or engine.closed:
+                self._check_open()
                 from .engine.engine import Engine
 
                 engine = self._engine = Engine(self.using).start()
@@ -157,6 +158,7 @@ class Runtime:
             return ledger
         with self._flow_lock:
             if self._ledger is None:
+                self._check_open()
                 from .conf import rindle_settings
                 from .flow import FlowLedger, FlowStore, now_ms
 
@@ -271,6 +273,10 @@ class Runtime:
             ledger.flush(now_ms() if now is None else now)
         except Exception:
             logger.exception("the final flush of %r failed; its unflushed flow is lost", ledger)
+
+    def _check_open(self):
+        if self.closed:
+            raise RuntimeError(f"{self!r} was shut down: get_runtime() gives the running one")
 
     def _database_name(self):
         return connections[self.using].settings_dict.get("NAME")
