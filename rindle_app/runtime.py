@@ -316,7 +316,10 @@ def _alias(using):
 
 
 def get_runtime(using="default"):
-    """The runtime of the database alias ``using`` in this process (made on first use)."""
+    """
+    The runtime of the database alias ``using`` in this process (made on first use);
+    ``None`` is ``RINDLE["DATABASE"]``, the alias the delegates default to.
+    """
     using = _alias(using)
     runtime = _runtimes.get(using)
     if runtime is not None and not runtime.closed:

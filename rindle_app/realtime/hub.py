@@ -511,7 +511,7 @@ def get_hub(engine=None):
     from ..runtime import get_runtime
 
     if engine is None:
-        return get_runtime().hub
+        return get_runtime(None).hub  # None: RINDLE["DATABASE"], as get_engine()
     return get_runtime(engine.using).hub_for(engine)
 
 
