@@ -105,7 +105,7 @@ class EngineCollector:
     """Gauges of the engines running in this process, one sample per database alias."""
 
     def collect(self):
-        from .engine.engine import _engines
+        from .runtime import runtimes
 
         producers = GaugeMetricFamily(
             "rindle_producers",
@@ -118,8 +118,9 @@ class EngineCollector:
             "Write requests waiting for the engine's writer.",
             labels=["database"],
         )
-        for using, engine in sorted(_engines.items()):
-            if engine.closed:
+        for runtime in runtimes():
+            using, engine = runtime.using, runtime.running_engine
+            if engine is None:
                 continue
             producers.add_metric([using], engine.producer_census.get())
             queue.add_metric([using], engine.queue_depth)
@@ -184,7 +185,12 @@ class FlowCollector:
             "a late transfer), counted into the current day.",
             labels=["database"],
         )
-        for using, ledger in sorted(flow._ledgers.items()):
+        from .runtime import runtimes
+
+        ledgers = [(rt.using, rt.running_ledger) for rt in runtimes()]
+        for using, ledger in ledgers:
+            if ledger is None:
+                continue
             figures = live_totals(ledger, today)
             for direction in ("in", "out"):
                 wire.add_metric([using, direction], figures[f"bytes_{direction}"])

@@ -1,9 +1,31 @@
 """Public test helpers for projects that use rindle."""
 
+import contextlib
+
 from django.db import connections
 
 from .engine.capture import OUTBOX
 from .engine.engine import Engine
+
+
+@contextlib.contextmanager
+def fresh_runtime(using="default"):
+    """
+    ``with fresh_runtime() as runtime:`` — the block runs as a fresh process: every
+    runtime of this process (engine, hub, ledger, tick, quota and grant caches; see
+    ``rindle_app.runtime``) is shut down first, and again when the block ends, so
+    nothing a test started outlives it. Ledgers are dropped unflushed, as a crash
+    drops them: flush in the test what it must see stored. Yields the runtime of
+    ``using``; its parts start on first use, as in a server. As a pytest fixture:
+    ``rindle_runtime`` (``pytest_plugins = ["rindle_app.pytest_plugin"]``).
+    """
+    from . import runtime as runtimes
+
+    runtimes.shutdown(flush=False)
+    try:
+        yield runtimes.get_runtime(using)
+    finally:
+        runtimes.shutdown(flush=False)
 
 
 def outbox_high_water(using="default"):

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import pytest
 from django.db import connection
 
+from rindle_app.pytest_plugin import rindle_runtime  # noqa: F401  (the plugin's fixture)
 from rindle_app.testing import running
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -57,12 +58,12 @@ def require_service(name, url):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_flow_process_state():
-    """Every test starts without this process's usage ledgers, quota cache or flush tick."""
-    from rindle_app.flow import tick
-
-    tick.reset()
-    yield
+def _fresh_runtime(rindle_runtime):  # noqa: F811  (the fixture, not the import)
+    """
+    Every test starts as a fresh process: no engine, hub, usage ledger, quota cache
+    or flush tick of an earlier test (the ``rindle_runtime`` fixture, public API).
+    """
+    yield rindle_runtime
 
 
 @pytest.fixture

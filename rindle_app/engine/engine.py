@@ -2,12 +2,25 @@
 The engine: one per process (per database alias), owning the single writer and
 the table map. Every write plane goes through it, so admission, dedup and
 compare-and-swap decisions are race-free.
+
+Threading model. Any thread may call ``write``, ``submit``/``wait`` and the planes
+built on them; each blocks its caller until the writer has committed (up to
+``WRITE_TIMEOUT``), so an event loop's thread may not call them: they raise
+``SynchronousOnlyOperation`` there, as Django's ORM does, instead of stalling every
+socket of the loop (call them through ``sync_to_async``/``database_sync_to_async``;
+``DJANGO_ALLOW_ASYNC_UNSAFE`` lifts the refusal, as for the ORM). The writer thread
+(``writer.py``) owns the write connection; commit listeners run on the committing
+thread. The table map is replaced under its own lock and read without one.
+``get_engine()`` is a delegate of the runtime (``rindle_app/runtime.py``), which
+starts and stops the engine.
 """
 
-import atexit
+import asyncio
 import os
 import threading
 import uuid
+
+from django.core.exceptions import SynchronousOnlyOperation
 
 from ..conf import rindle_settings
 from . import capture
@@ -42,6 +55,7 @@ class Engine:
         self._state_lock = threading.Lock()
         self._started = False
         self._schema_listeners = []
+        self._attachments = {}
         # Distinct foreign producers; seeded at start, read lock-free by /metrics.
         self.producer_census = ProducerCensus()
 
@@ -99,6 +113,19 @@ class Engine:
         """Refuse new requests, finish the queued ones, stop the writer."""
         self._writer.close(timeout)
 
+    def attachment(self, key, factory):
+        """
+        The object ``factory(engine)`` kept under ``key`` for this engine's lifetime,
+        made on first use (the interactive SQL transactions: they end with it).
+        """
+        found = self._attachments.get(key)
+        if found is None:
+            with self._state_lock:
+                found = self._attachments.get(key)
+                if found is None:
+                    found = self._attachments[key] = factory(self)
+        return found
+
     # --- requests ------------------------------------------------------------------
 
     def write(self, fn, fallback=None, alone=False):
@@ -110,7 +137,9 @@ class Engine:
         see ``Unavailable`` for the one exception, a timeout). ``fallback(exc)``, if
         given, may return a replacement for ``fn`` when ``fn`` failed on its own.
         ``alone``: in a transaction of its own, never grouped with other requests.
+        Raises ``SynchronousOnlyOperation`` on an event loop's thread.
         """
+        _refuse_on_event_loop("write")
         return self._writer.write(fn, fallback, alone)
 
     def add_commit_listener(self, fn):
@@ -133,6 +162,7 @@ class Engine:
 
     def wait(self, request):
         """The ``Commit`` of a submitted request (raises what it raised)."""
+        _refuse_on_event_loop("wait")
         return self._writer.wait(request)
 
     # --- the table map ----------------------------------------------------------
@@ -241,6 +271,20 @@ class Engine:
         return client_lmid(self.using, client_id)
 
 
+def _refuse_on_event_loop(method):
+    """Raise ``SynchronousOnlyOperation`` on an event loop's thread (see the module)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE"):
+        return
+    raise SynchronousOnlyOperation(
+        f"Engine.{method}() waits for the writer (up to WRITE_TIMEOUT) and would block "
+        "this event loop: call it from a thread, e.g. through sync_to_async()"
+    )
+
+
 def _configure_connection(conn):
     if conn.vendor != "sqlite":
         return
@@ -253,45 +297,27 @@ def _configure_connection(conn):
         cursor.execute(f"PRAGMA busy_timeout={int(rindle_settings.SQLITE_BUSY_TIMEOUT_MS)}")
 
 
-# --- the process's engines ---------------------------------------------------------------
-
-_engines = {}
-_engines_lock = threading.Lock()
+# --- the process's engines: delegates to its runtimes (rindle_app/runtime.py) -------------
 
 
 def get_engine(using=None):
     """The running engine of ``using`` in this process, started on first use."""
-    using = using or rindle_settings.DATABASE
-    engine = _engines.get(using)
-    if engine is not None and not engine.closed:
-        return engine
-    with _engines_lock:
-        engine = _engines.get(using)
-        if engine is None or engine.closed:
-            engine = Engine(using).start()
-            _engines[using] = engine
-        return engine
+    from ..runtime import get_runtime
+
+    return get_runtime(using).engine
 
 
 def running_engine(using=None):
     """The engine of ``using`` if one is running in this process, else None."""
-    engine = _engines.get(using or rindle_settings.DATABASE)
-    return engine if engine is not None and not engine.closed else None
+    from ..runtime import running
+
+    runtime = running(using)
+    return None if runtime is None else runtime.running_engine
 
 
 def shutdown(timeout=None):
-    """Close every engine of this process, draining their queues."""
-    with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
-    for engine in engines:
-        engine.close(timeout)
+    """Close every engine of this process (and the hub on it), draining their queues."""
+    from ..runtime import runtimes
 
-
-def _after_fork_in_child():
-    # The writer thread does not survive fork(); the child starts its own lazily.
-    _engines.clear()
-
-
-atexit.register(shutdown)
-os.register_at_fork(after_in_child=_after_fork_in_child)
+    for runtime in runtimes():
+        runtime.stop_engine(timeout)

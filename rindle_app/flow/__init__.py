@@ -15,9 +15,6 @@ The transport and the tick use the process-wide ledger::
 Crash bound: what was counted since the last flush is lost with the process.
 """
 
-import logging
-import os
-import threading
 import time
 
 from .ledger import (
@@ -54,10 +51,6 @@ __all__ = [
     "utc_day",
 ]
 
-logger = logging.getLogger("rindle.flow")
-_ledgers = {}
-_lock = threading.Lock()
-
 
 def now_ms():
     """The wall clock in integer Unix milliseconds, as the ledger counts time."""
@@ -66,49 +59,29 @@ def now_ms():
 
 def get_ledger(using=None):
     """
-    This process's ledger over the database alias ``using``, started on first use.
+    This process's ledger over the database alias ``using``, started on first use
+    (by its runtime, ``rindle_app.runtime``).
 
     The first call reads the store (the forget tombstones, and this node's rows of
     today when ``RINDLE["FLOW_NODE_ID"]`` is set), so make it at startup, not on a
     transfer; if the store is unreachable it raises and the next call tries again.
     """
-    from ..conf import rindle_settings
+    from ..runtime import get_runtime
 
-    using = using or rindle_settings.DATABASE
-    ledger = _ledgers.get(using)
-    if ledger is not None:
-        return ledger
-    with _lock:
-        ledger = _ledgers.get(using)
-        if ledger is None:
-            node = rindle_settings.FLOW_NODE_ID or None
-            ledger = FlowLedger(FlowStore(using), node=node).start(now_ms())
-            _ledgers[using] = ledger
-        return ledger
+    return get_runtime(using).ledger
 
 
 def running_ledger(using=None):
     """The ledger of ``using`` if this process has one, else None."""
-    from ..conf import rindle_settings
+    from ..runtime import running
 
-    return _ledgers.get(using or rindle_settings.DATABASE)
+    runtime = running(using)
+    return None if runtime is None else runtime.running_ledger
 
 
 def shutdown(now=None):
     """Flush and drop every ledger of this process (call it on a graceful stop)."""
-    with _lock:
-        ledgers = list(_ledgers.values())
-        _ledgers.clear()
-    for ledger in ledgers:
-        try:
-            ledger.flush(now_ms() if now is None else now)
-        except Exception:
-            logger.exception("the final flush of %r failed; its unflushed flow is lost", ledger)
+    from ..runtime import runtimes
 
-
-def _after_fork_in_child():
-    # A forked child must not write under its parent's node id.
-    _ledgers.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+    for runtime in runtimes():
+        runtime.drop_ledger(now)

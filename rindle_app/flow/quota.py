@@ -313,10 +313,7 @@ def refusal_for(code=None, status=None):
     return Refusal.OTHER
 
 
-# --- the process's quotas ----------------------------------------------------------------
-
-_quotas = None
-_quotas_lock = threading.Lock()
+# --- the process's quotas: one cache per runtime (rindle_app/runtime.py) ----------------
 
 
 def get_quotas(using=None):
@@ -325,17 +322,9 @@ def get_quotas(using=None):
     ``tick.serving_ledger``): built from the settings on first use, rebuilt when the
     ``RINDLE`` setting changes or the ledger was replaced.
     """
-    from .tick import serving_ledger
+    from ..runtime import get_runtime
 
-    global _quotas
-    ledger = serving_ledger(using)
-    quotas = _quotas
-    if quotas is not None and quotas.ledger is ledger:
-        return quotas
-    with _quotas_lock:
-        if _quotas is None or _quotas.ledger is not ledger:
-            _quotas = Quotas.from_settings(ledger)
-        return _quotas
+    return get_runtime(using).quotas
 
 
 def meter(namespace, session=None, using=None):
@@ -354,10 +343,11 @@ def meter(namespace, session=None, using=None):
 
 
 def reset():
-    """Forget the process's quota cache (the next check reads the store again)."""
-    global _quotas
-    with _quotas_lock:
-        _quotas = None
+    """Forget the process's quota caches (the next check reads the store again)."""
+    from ..runtime import runtimes
+
+    for runtime in runtimes():
+        runtime.drop_quotas()
 
 
 def _reload(*, setting, **kwargs):

@@ -5,8 +5,9 @@ The live counters are in the memory of the process that served the traffic, so
 only that process can flush them; a Celery worker cannot flush a web process's
 counters. Every serving process therefore runs its own tick: ``serving_ledger()``
 (what the websocket consumer and the HTTP views count through) starts the ledger
-and, with it, a daemon thread that flushes every ``FLOW_FLUSH_SECONDS``; and
-``shutdown()`` flushes once more when the process stops, from ``atexit`` (Daphne and
+and, with it, a daemon thread that flushes every ``FLOW_FLUSH_SECONDS``, one per
+runtime (``rindle_app/runtime.py`` owns the ledger and the tick); and the runtime
+flushes once more when the process stops, from ``atexit`` (Daphne and
 uvicorn exit normally on SIGTERM and SIGINT) or from an ASGI lifespan shutdown
 (``lifespan``, for servers that speak it). A SIGKILL loses at most one tick.
 
@@ -24,12 +25,9 @@ background writer would race the tests' own use of the store. Tests flush
 explicitly, or start a ``FlushTick``.
 """
 
-import atexit
 import dataclasses
 import logging
-import os
 import threading
-import weakref
 
 from django.db import close_old_connections, connections
 
@@ -88,29 +86,18 @@ class FlushTick:
 
 def flush_all(now=None):
     """Flush every ledger of this process (those on their own database); rows written."""
-    from . import _ledgers
+    from ..runtime import runtimes
 
-    now = now_ms() if now is None else now
     written = 0
-    for ledger in list(_ledgers.values()):
-        if _moved_database(ledger):
-            continue
+    for runtime in runtimes():
         try:
-            written += ledger.flush(now)
+            written += runtime.flush(now)
         except Exception:
-            logger.exception("rindle flow: flushing %r failed; the next flush retries", ledger)
+            logger.exception("rindle flow: flushing %r failed; the next flush retries", runtime)
     return written
 
 
-# --- the serving process --------------------------------------------------------------
-
-_lock = threading.Lock()
-_tick = None
-_tick_decided = False
-_at_exit_registered = False
-# The database NAME each served ledger started on: a ledger is never flushed into
-# another database (a test run's teardown points the alias elsewhere).
-_databases = weakref.WeakKeyDictionary()
+# --- the serving process: delegates to its runtimes (rindle_app/runtime.py) -------------
 
 
 def serving_ledger(using=None):
@@ -119,37 +106,16 @@ def serving_ledger(using=None):
     the exit flush started on first use. The first call reads the store: make it
     off the event loop.
     """
-    ledger = get_ledger(using)
-    if _tick_decided and ledger in _databases:
-        return ledger
-    with _lock:
-        _databases.setdefault(ledger, _database_name(ledger))
-        _start_locked()
-    return ledger
+    from ..runtime import get_runtime
+
+    return get_runtime(using).serving_ledger()
 
 
-def start():
+def start(using=None):
     """Start this process's flush tick and exit flush (idempotent); the tick or None."""
-    with _lock:
-        return _start_locked()
+    from ..runtime import get_runtime
 
-
-def _start_locked():
-    global _tick, _tick_decided, _at_exit_registered
-    if _tick_decided:
-        return _tick
-    _tick_decided = True
-    if _in_test_environment():
-        return None
-    if not _at_exit_registered:
-        atexit.register(shutdown)
-        _at_exit_registered = True
-    from ..conf import rindle_settings
-
-    interval = rindle_settings.FLOW_FLUSH_SECONDS
-    if interval:
-        _tick = FlushTick(interval).start()
-    return _tick
+    return get_runtime(using).start_tick()
 
 
 def shutdown(now=None):
@@ -157,59 +123,41 @@ def shutdown(now=None):
     Stop the tick and flush every ledger of this process one last time (then drop
     them): on a graceful stop. Safe to call more than once.
     """
-    from . import _ledgers
-    from . import _lock as ledgers_lock
-    from . import shutdown as flow_shutdown
+    from ..runtime import runtimes
 
-    _stop_tick()
-    with ledgers_lock:
-        for using, ledger in list(_ledgers.items()):
-            if _moved_database(ledger):
-                logger.warning(
-                    "rindle flow: %r's database changed since it started; not flushed", ledger
-                )
-                del _ledgers[using]
-    flow_shutdown(now)
+    for runtime in runtimes():
+        runtime.stop_flow(now)
 
 
 def reset():
     """
     Stop the tick and drop this process's ledgers WITHOUT flushing them, and the
-    quota cache: a test's fresh start (earlier tests' traffic started them).
+    quota cache (``rindle_app.testing.fresh_runtime`` does this and more for tests).
     """
-    from . import _ledgers, quota
-    from . import _lock as ledgers_lock
+    from ..runtime import runtimes
 
-    _stop_tick()
-    with ledgers_lock:
-        _ledgers.clear()
-    quota.reset()
-
-
-def _stop_tick():
-    """Stop this process's tick (if it runs) and let the next serving ledger decide anew."""
-    global _tick, _tick_decided
-    with _lock:
-        tick, _tick, _tick_decided = _tick, None, False
-    if tick is not None:
-        tick.stop()
+    for runtime in runtimes():
+        runtime.stop_flow(flush=False)
 
 
 async def lifespan(scope, receive, send):
     """
-    An ASGI lifespan application: flushes at the server's shutdown. Route it with
+    An ASGI lifespan application: at the server's shutdown, shuts every runtime
+    down (``rindle_app.runtime``: the exit flush, then the hub and the engine). Route it with
     ``ProtocolTypeRouter({..., "lifespan": lifespan})`` under servers that send
     lifespan events (uvicorn, hypercorn); Daphne sends none and exits through
     ``atexit``.
     """
     from asgiref.sync import sync_to_async
 
+    from ..runtime import shutdown as runtime_shutdown
+
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            await sync_to_async(shutdown, thread_sensitive=False)()
+            await sync_to_async(runtime_shutdown, thread_sensitive=False)()
             await send({"type": "lifespan.shutdown.complete"})
             return
 
@@ -219,25 +167,6 @@ def _in_test_environment():
     from django.core import mail
 
     return hasattr(mail, "outbox")
-
-
-def _database_name(ledger):
-    return connections[ledger.store.using].settings_dict.get("NAME")
-
-
-def _moved_database(ledger):
-    name = _databases.get(ledger)
-    return name is not None and name != _database_name(ledger)
-
-
-def _after_fork_in_child():
-    # The tick thread does not survive a fork; the child's ledgers are new.
-    global _tick, _tick_decided
-    _tick, _tick_decided = None, False
-    _databases.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --- the beat (Celery) ------------------------------------------------------------------

@@ -7,6 +7,12 @@ shape; a bad one is answered with ``error`` (or ``queryError`` for one query) an
 changes nothing; the connection stays open. Server frames come straight from the
 hub, in order (``RindleConsumer._deliver``).
 
+Threading model. Everything here runs on the socket's event loop, except what goes
+through ``sync_to_async``/``database_sync_to_async`` (the hub's locked calls, the
+engine's writes, the database reads), which runs in worker threads: the loop never
+waits for the writer (``Engine.write`` refuses to run on it). The hub hands frames
+over with ``loop.call_soon_threadsafe``; one sender task per socket writes them.
+
 Usage (``rindle_app.flow``): a socket counts under the namespace
 ``RindleAdapter.namespace`` names for its user or token, with the connection as
 the session. Each accepted client frame is a transfer of its UTF-8 bytes in; each
@@ -89,8 +95,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
         self.hub, self.meter = await sync_to_async(self._start, thread_sensitive=False)()
         if not await self._admit_principal():
             return
-        self._backlog = None  # batches queued behind a write that waits for the socket
+        self._outbox = collections.deque()  # hub batches the sender task has yet to write
+        self._idle = None  # the future the sender task waits on while the outbox is empty
         self._broken = False  # a write failed: the socket is going away
+        self._sender = asyncio.ensure_future(self._send_batches())
         self.conn = await sync_to_async(self.hub.connect, thread_sensitive=False)(
             self.channel_name, asyncio.get_running_loop(), self._deliver, self.user
         )
@@ -182,25 +190,29 @@ class RindleConsumer(AsyncWebsocketConsumer):
 
     def _deliver(self, frames):
         """
-        Write one hub batch to the socket, now, on this socket's event loop.
+        Queue one hub batch for this socket's sender task, on this socket's event loop.
 
         The hub hands a loop all of its sockets' batches in one callback, which calls
-        this for each socket in turn: no task wakes per socket and commit. A write
-        that completes without waiting (Daphne's never waits: it buffers) is done
-        here; one that waits for the socket (another server's back-pressure) goes on
-        in a task of its own, and this socket's later batches queue behind it, so
-        one slow socket holds up no other and its frames stay in order.
+        this for each socket in turn: it appends and, when the sender task waits for
+        work, resolves the future it waits on. Each socket writes in its own task, so
+        one whose writes wait for it (a server's back-pressure) holds up no other,
+        and its batches stay in order behind each other.
         """
-        if self._backlog is not None:
-            self._backlog.append(frames)
-            return
-        writing = self._write(frames)
-        try:
-            waiting = writing.send(None)
-        except StopIteration:
-            return
-        self._backlog = collections.deque()
-        self._sender = asyncio.ensure_future(self._write_on(writing, waiting))
+        self._outbox.append(frames)
+        idle = self._idle
+        if idle is not None:
+            self._idle = None
+            idle.set_result(None)
+
+    async def _send_batches(self):
+        """The socket's sender task: writes the queued batches in order, then waits."""
+        loop = asyncio.get_running_loop()
+        outbox = self._outbox
+        while True:
+            while outbox:
+                await self._write(outbox.popleft())
+            self._idle = loop.create_future()
+            await self._idle
 
     async def _write(self, frames):
         """Each frame to the socket in order; the batch is one transfer out."""
@@ -218,16 +230,6 @@ class RindleConsumer(AsyncWebsocketConsumer):
             self.conn.sent += 1
             if sent:
                 self.meter.transfer(bytes_out=sent)
-
-    async def _write_on(self, writing, waiting):
-        """Finish a write that waited (``waiting`` is what it awaits), then the backlog."""
-        try:
-            await _resume(writing, waiting)
-            while self._backlog:
-                await self._write(self._backlog.popleft())
-        finally:
-            writing.close()
-            self._backlog = None
 
     # --- from the client ---------------------------------------------------------------
 
@@ -491,23 +493,6 @@ class RindleConsumer(AsyncWebsocketConsumer):
     def _refuse(self, code, status=None):
         self._refused = True
         self.meter.refuse(quota.refusal_for(code, status))
-
-
-async def _resume(coroutine, waiting):
-    """
-    Drive ``coroutine`` on from a suspension outside any task, as a task would:
-    ``waiting`` is what it yielded (a future it awaits, or None for a bare yield).
-    """
-    while True:
-        if waiting is None:
-            await asyncio.sleep(0)
-        else:
-            waiting._asyncio_future_blocking = False
-            await asyncio.wait((waiting,))
-        try:
-            waiting = coroutine.send(None)
-        except StopIteration:
-            return
 
 
 def _bearer(scope):

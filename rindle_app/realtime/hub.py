@@ -31,6 +31,24 @@ the connection's ``_rindle/clientLmid`` query). A connection with more than
 ``WS_MAX_QUEUED_MESSAGES`` undelivered batches is shed: its subscriptions are
 dropped and each is told ``shed`` (retryable), so it re-subscribes later; nobody
 else waits for it.
+
+Threading model. The hub's state (the catalog, ``conns``, every ``Conn`` field the
+hub writes, the encodings, the outgoing hand-overs) is touched only under
+``Hub.lock``, by whichever thread holds it: the hub thread (``_run``: woken by a
+commit, a notification or the poll), the committing thread on SQLite (``_on_commit``,
+which steps only when the lock is free and this thread does not already hold it,
+as a thread-local flag says), and the worker threads the consumer calls through
+(``connect``, ``subscribe``, ``hold``/``release``, ``disconnect``). Frames leave the
+lock only through ``loop.call_soon_threadsafe``, so a connection's event loop is
+the only thread that writes to its socket and to ``Conn.sent``. The listener thread
+(``stream/notify.py``, PostgreSQL) only sets the wake event. On SQLite the step and
+the JSON encoding stay on the committing thread, right after its commit, while it
+still holds the writer: handing them to the hub thread was measured and is slower
+(bench/README.md, "2026-11-30: the hub thread is slower than polling inline":
+about two thirds of the inline commit rate), because a wake-up and the GIL passing
+back and forth between the two threads cost more than the statement time they
+could overlap. So they stay there, by measurement, not by accident. The hub is one
+per runtime (``rindle_app/runtime.py``), which starts and stops it.
 """
 
 import contextlib
@@ -88,10 +106,51 @@ class _Encoded:
     flat_tree: object = None
 
 
+class HubLock:
+    """
+    A reentrant lock that knows whether the calling thread holds it (a thread-local
+    depth), so the committing thread can tell "free" from "mine" without reaching
+    into ``RLock``'s private ``_is_owned``.
+    """
+
+    __slots__ = ("_lock", "_local")
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._local = threading.local()
+
+    def held(self):
+        """True when the calling thread holds the lock."""
+        return getattr(self._local, "depth", 0) > 0
+
+    def acquire(self, blocking=True):
+        if not self._lock.acquire(blocking):
+            return False
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        return True
+
+    def release(self):
+        self._local.depth -= 1
+        self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
 class Hub:
+    """
+    The drain of one engine (see the module): ``start()`` it once, ``connect()`` a
+    socket's loop and push callback, ``subscribe()`` its queries; ``close()`` stops
+    the hub thread and the listener.
+    """
+
     def __init__(self, engine):
         self.engine = engine
-        self.lock = threading.RLock()
+        self.lock = HubLock()
         self.live = None
         self.conns = {}
         self.sockets = limits.Sockets()  # open sockets per principal (the consumer counts)
@@ -149,7 +208,7 @@ class Hub:
         the step would read on the writer's connection), the hub thread is woken.
         """
         lock = self.lock
-        if self._step_inline and not lock._is_owned() and lock.acquire(blocking=False):
+        if self._step_inline and not lock.held() and lock.acquire(blocking=False):
             try:
                 if not self._stop.is_set():
                     self.step()
@@ -447,29 +506,21 @@ def _push_all(items):
             conn.push(frames)
 
 
-_hubs = {}
-_hubs_lock = threading.Lock()
-
-
 def get_hub(engine=None):
-    """The hub of ``engine`` (the default engine), started on first use."""
-    if engine is None:
-        from ..engine import get_engine
+    """The hub of ``engine`` (the default engine), started on first use (the runtime's)."""
+    from ..runtime import get_runtime
 
-        engine = get_engine()
-    with _hubs_lock:
-        hub = _hubs.get(id(engine))
-        if hub is None or hub.engine is not engine:
-            hub = _hubs[id(engine)] = Hub(engine)
-    return hub.start()
+    if engine is None:
+        return get_runtime(None).hub  # None: RINDLE["DATABASE"], as get_engine()
+    return get_runtime(engine.using).hub_for(engine)
 
 
 def shutdown_hubs():
-    with _hubs_lock:
-        hubs = list(_hubs.values())
-        _hubs.clear()
-    for hub in hubs:
-        hub.close()
+    """Close every hub of this process; the engines keep running."""
+    from ..runtime import runtimes
+
+    for runtime in runtimes():
+        runtime.stop_hub()
 
 
-__all__ = ["Hub", "QueryError", "get_hub", "shutdown_hubs"]
+__all__ = ["Hub", "HubLock", "QueryError", "get_hub", "shutdown_hubs"]

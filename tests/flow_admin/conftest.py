@@ -4,6 +4,7 @@ import pytest
 
 from rindle_app import flow
 from rindle_app.flow import DAY_MS
+from rindle_app.testing import fresh_runtime
 
 HOUR_MS = 3_600_000
 TODAY = 20_000  # 2024-10-04, a UTC day number
@@ -21,9 +22,9 @@ def ledger(transactional_db, monkeypatch):
     The process ledger (``flow.get_ledger()``, what the pages read) started afresh
     on the test database, with the clock stopped at ``NOW``; dropped unflushed after.
     """
-    monkeypatch.setattr(flow, "_ledgers", {})
     monkeypatch.setattr(flow, "now_ms", lambda: NOW)
-    return flow.get_ledger()
+    with fresh_runtime() as runtime:
+        yield runtime.ledger
 
 
 @pytest.fixture

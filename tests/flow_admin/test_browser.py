@@ -38,8 +38,7 @@ def flow_server(transactional_db, django_user_model, monkeypatch):
     if now % DAY_MS > DAY_MS - 120_000:  # the pages' "today" must be the test's
         time.sleep((DAY_MS - now % DAY_MS) / 1000 + 1)
         now = flow.now_ms()
-    monkeypatch.setattr(flow, "_ledgers", {})
-    ledger = flow.get_ledger()
+    ledger = flow.get_ledger()  # a fresh one: the suite's runtime fixture (conftest)
     today = now // DAY_MS
     events = sorted(
         (today - back, namespace, figures)

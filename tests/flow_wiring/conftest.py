@@ -5,23 +5,13 @@ websocket client and the HTTP callers of the realtime and API tests.
 
 import json
 
-import pytest
 from channels.db import database_sync_to_async
 
 from rindle_app import flow
-from rindle_app.flow import tick
 from rindle_app.models import FlowDayRecord
 
 from ..api.conftest import token_client  # noqa: F401  (re-exported for the tests)
 from ..realtime.conftest import ORIGIN, Client, live  # noqa: F401
-
-
-@pytest.fixture(autouse=True)
-def _fresh_flow():
-    """Each test starts as a fresh process: no ledger, no quota cache, no tick."""
-    tick.reset()
-    yield
-    tick.reset()
 
 
 def today(namespace):

@@ -37,33 +37,30 @@ def wait_for(predicate, timeout=10, what="condition"):
 
 
 @pytest.fixture
-def real_tick(monkeypatch, settings):
-    """serving_ledger() as outside the test environment, with atexit captured."""
+def real_tick(monkeypatch, settings, rindle_runtime):
+    """serving_ledger() as outside the test environment; yields the runtime."""
     settings.RINDLE = {**settings.RINDLE, "FLOW_FLUSH_SECONDS": 0.05}
-    registered = []
     monkeypatch.setattr(tick, "_in_test_environment", lambda: False)
-    monkeypatch.setattr(tick.atexit, "register", registered.append)
-    monkeypatch.setattr(tick, "_at_exit_registered", False)
-    yield registered
+    yield rindle_runtime
     tick.shutdown()
 
 
-def test_no_tick_runs_in_the_test_environment():
+def test_no_tick_runs_in_the_test_environment(rindle_runtime):
     """A background flush would race the tests' own use of the store."""
     quota.meter("acme").transfer(bytes_in=1)
-    assert tick._tick is None and not tick._at_exit_registered
+    assert rindle_runtime.tick is None and not rindle_runtime.flushes_at_exit
 
 
 def test_a_serving_process_flushes_on_its_tick_and_at_exit(real_tick):
     meter = quota.meter("acme", session="s1")
-    assert tick._tick is not None and tick._tick.alive
-    assert real_tick == [tick.shutdown]  # the exit flush is registered
+    assert real_tick.tick is not None and real_tick.tick.alive
+    assert real_tick.flushes_at_exit  # the exit flush is armed
     meter.transfer(bytes_in=5, bytes_out=8)
     wait_for(lambda: stored("acme"), what="the tick's flush")
     [row] = stored("acme")
     assert (row["bytes_in"], row["bytes_out"], row["transfers"]) == (5, 8, 1)
 
-    tick._tick.stop()  # no more ticks: only the exit flush can write what follows
+    real_tick.tick.stop()  # no more ticks: only the exit flush can write what follows
     meter.transfer(bytes_in=100)
     time.sleep(0.15)
     assert stored("acme")[0]["bytes_in"] == 5
@@ -74,10 +71,9 @@ def test_a_serving_process_flushes_on_its_tick_and_at_exit(real_tick):
 
 def test_an_exit_flush_never_writes_into_another_database(real_tick):
     meter = quota.meter("acme")
-    tick._tick.stop()
+    real_tick.tick.stop()
     meter.transfer(bytes_in=5)
-    ledger = flow.running_ledger()
-    tick._databases[ledger] = "the database it started on"  # as after a test teardown
+    real_tick.ledger_database = "the database it started on"  # as after a test teardown
     tick.shutdown()
     assert stored("acme") == [] and flow.running_ledger() is None
 

@@ -8,11 +8,10 @@ from channels.db import database_sync_to_async
 from django.db import connection
 
 from rindle_app.engine import capture, journal
-from rindle_app.engine import engine as engine_module
 from rindle_app.ivm.builder import table
 from rindle_app.named import named_query
-from rindle_app.realtime.hub import shutdown_hubs
 from rindle_app.signals import install_capture_after_migrate
+from rindle_app.testing import fresh_runtime
 
 from ..realtime.conftest import Client
 from .conftest import drop_scratch_tables
@@ -35,12 +34,9 @@ def journal_b(args, ctx):
 @pytest.fixture
 def live(transactional_db):
     """The process engine and hub, started fresh; scratch tables dropped after."""
-    shutdown_hubs()
-    engine_module.shutdown()
-    drop_scratch_tables()
-    yield engine_module.get_engine()
-    shutdown_hubs()
-    engine_module.shutdown()
+    with fresh_runtime() as runtime:
+        drop_scratch_tables()
+        yield runtime.engine
     drop_scratch_tables()
 
 

@@ -6,8 +6,7 @@ import json
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from rindle_app.engine import engine as engine_module
-from rindle_app.realtime.hub import shutdown_hubs
+from rindle_app.testing import fresh_runtime
 
 ORIGIN = (b"origin", b"http://localhost")
 
@@ -15,11 +14,8 @@ ORIGIN = (b"origin", b"http://localhost")
 @pytest.fixture
 def live(transactional_db):
     """The process engine and hub, started fresh and shut down after the test."""
-    shutdown_hubs()
-    engine_module.shutdown()
-    yield engine_module.get_engine()
-    shutdown_hubs()
-    engine_module.shutdown()
+    with fresh_runtime() as runtime:
+        yield runtime.engine
 
 
 def application():

@@ -5,7 +5,6 @@ import re
 import secrets
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -462,14 +461,6 @@ class _locked:
         self.txn.lock.release()
 
 
-_registries = weakref.WeakKeyDictionary()
-_registries_lock = threading.Lock()
-
-
 def transactions(engine):
-    """The interactive transactions of ``engine`` in this process."""
-    with _registries_lock:
-        registry = _registries.get(engine)
-        if registry is None:
-            registry = _registries[engine] = Transactions(engine)
-        return registry
+    """The interactive transactions of ``engine`` in this process (they end with it)."""
+    return engine.attachment("sql_transactions", Transactions)

@@ -26,12 +26,12 @@ public SQL is refused with ``SANDBOX_MISSING``.
 
 import hashlib
 import re
-import threading
 import time
 
 from django.db import connections
 
 from ...conf import rindle_settings
+from ...runtime import get_runtime, runtimes
 from .guards import protected
 from .statements import WRITES, SqlError
 
@@ -64,9 +64,6 @@ ORDER BY 1
 """
 
 _UNLOCK = "SELECT pg_advisory_unlock_all()"
-
-_ready = {}  # (database, role) -> the table fingerprint its grants were made for
-_ready_lock = threading.Lock()
 
 
 def sandbox_missing(message):
@@ -128,10 +125,12 @@ def enter(alias, raw, principal, idle_seconds=None, savepoint=False):
         key = (raw.info.host, raw.info.port, raw.info.dbname, role)
         cur.execute(_DEFINERS)
         fingerprint = _fingerprint([tables, cur.fetchall()])
-        if _ready.get(key) != fingerprint:
+        # The runtime keeps (database, role) -> the table fingerprint its grants were made for.
+        runtime = get_runtime(alias)
+        if runtime.sandbox_grants.get(key) != fingerprint:
             refresh(alias, writes)
-            with _ready_lock:
-                _ready[key] = fingerprint
+            with runtime.sandbox_grants_lock:
+                runtime.sandbox_grants[key] = fingerprint
         budgets = [
             ("statement_timeout", rindle_settings.SQL_STATEMENT_TIMEOUT_SECONDS),
             ("lock_timeout", rindle_settings.SQL_LOCK_TIMEOUT_SECONDS),
@@ -176,8 +175,8 @@ def release_session_locks(raw):
 
 def forget():
     """Drop what this process knows of the grants (after a migration, say)."""
-    with _ready_lock:
-        _ready.clear()
+    for runtime in runtimes():
+        runtime.forget_sandbox_grants()
 
 
 # --- creating the roles and their grants ---------------------------------------------

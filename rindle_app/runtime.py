@@ -1,0 +1,365 @@
+"""
+The runtime: everything rindle runs in a process for one database alias.
+
+``get_runtime(using)`` is the one accessor. ``get_engine()``, ``get_hub()``,
+``flow.get_ledger()``, ``flow.tick.serving_ledger()`` and ``quota.meter()`` are thin
+delegates to it, so whichever of them runs first starts what it needs, in this order:
+
+1. the engine: its writer thread and table map (``Engine.start`` reads the schema);
+2. the hub (needs 1): the live-query catalog, the hub thread and, on PostgreSQL,
+   the listener thread;
+3. the usage ledger: ``FlowLedger.start`` reads the store once;
+4. the flush tick (needs 3): a thread flushing 3 every ``FLOW_FLUSH_SECONDS``,
+   started by the serving path only and never inside Django's test environment;
+5. the quota cache (needs 3 and 4): the quotas over the serving ledger;
+6. the public SQL sandbox's grant cache: plain data, filled as grants are made.
+
+Each part starts on first use, after the parts it needs, and never twice.
+``shutdown()`` stops them in the reverse order: it drops 6 and 5, stops 4, flushes
+3 one last time (never into another database than the one it started on), closes
+2, then drains and closes 1.
+
+Where it starts and stops. Daphne sends no ASGI lifespan events, so under Daphne
+first use through the accessor is the start; a server that speaks lifespan can
+route ``rindle_app.flow.tick.lifespan``, which shuts every runtime down at its
+stop. Otherwise one ``atexit`` hook shuts every runtime down when the interpreter
+exits (Daphne and uvicorn exit normally on SIGTERM and SIGINT); the exit flush
+happens only when a serving ledger started outside Django's test environment.
+One ``os.register_at_fork`` hook makes a forked child forget every runtime without
+stopping anything: the parent's threads do not survive a fork, and the child must
+not write through the parent's connections or under its ledger's node id.
+
+Threading model. ``get_runtime`` and every part's accessor may be called from any
+thread, never from an event loop thread when the part still has to start (starting
+reads the database: call them through ``sync_to_async`` there). The runtime map is
+a plain dict read without a lock (atomic under the GIL) and changed under a module
+lock. Each runtime has two locks, held only while a part starts or stops: one for
+the engine and the hub, one for the ledger, the tick and the quotas, so a ledger
+reading the store never holds up an engine start and the reverse. Once started, a
+part is read without a lock (one attribute load and a liveness check): the hot
+paths (a request's ``get_engine()``, a socket's ``quota.meter()``) take no lock.
+The threads the parts run are documented where they are: the writer
+(``engine/writer.py``), the hub (``realtime/hub.py``), the listener
+(``stream/notify.py``) and the flush tick (``flow/tick.py``).
+"""
+
+import atexit
+import logging
+import os
+import threading
+
+from django.db import connections
+
+__all__ = ["Runtime", "get_runtime", "running", "runtimes", "shutdown"]
+
+logger = logging.getLogger("rindle")
+
+
+class Runtime:
+    """
+    Everything rindle runs in this process for the database alias ``using``.
+
+    Create it through ``get_runtime(using)``; a runtime made by hand is not the one
+    the views, the consumer and the ledger delegates use. ``shutdown()`` stops every
+    part it started (see the module docstring for the order); a runtime is not
+    restarted after it: ``get_runtime`` makes a new one.
+    """
+
+    def __init__(self, using):
+        self.using = using
+        self.closed = False
+        self._engine_lock = threading.RLock()
+        self._flow_lock = threading.RLock()
+        self._engine = None
+        self._hub = None
+        self._ledger = None
+        self._tick = None
+        self._tick_decided = False
+        self._quotas = None
+        # The database NAME the ledger started on: never flushed into another one (a
+        # test run's teardown points the alias elsewhere).
+        self.ledger_database = None
+        # Set by the serving path outside Django's test environment: the exit hook flushes.
+        self.flushes_at_exit = False
+        # The public SQL sandbox's cache: (host, port, database, role) -> the
+        # fingerprint of the tables its grants were made for.
+        self.sandbox_grants = {}
+        self.sandbox_grants_lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<Runtime {self.using!r}{' closed' if self.closed else ''}>"
+
+    # --- 1. the engine -------------------------------------------------------------
+
+    @property
+    def engine(self):
+        """The running engine, started on first use (and again if it was closed)."""
+        engine = self._engine
+        if engine is not None and not engine.closed:
+            return engine
+        with self._engine_lock:
+            engine = self._engine
+            if engine is None or engine.closed:
+                self._check_open()
+                from .engine.engine import Engine
+
+                engine = self._engine = Engine(self.using).start()
+            return engine
+
+    @property
+    def running_engine(self):
+        """The engine if it runs, else None (starts nothing)."""
+        engine = self._engine
+        return engine if engine is not None and not engine.closed else None
+
+    def stop_engine(self, timeout=None):
+        """Close the hub, then drain and close the engine (``engine.shutdown()``)."""
+        with self._engine_lock:
+            self.stop_hub()
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close(timeout)
+
+    # --- 2. the hub ----------------------------------------------------------------
+
+    @property
+    def hub(self):
+        """The hub of the running engine, started (with the engine) on first use."""
+        return self.hub_for(self.engine)
+
+    def hub_for(self, engine):
+        """The hub of ``engine``; a hub of an engine it replaced is closed first."""
+        hub = self._hub
+        if hub is None or hub.engine is not engine:
+            with self._engine_lock:
+                hub = self._hub
+                if hub is None or hub.engine is not engine:
+                    if hub is not None:
+                        hub.close()
+                    from .realtime.hub import Hub  # the transport; core modules never import it
+
+                    hub = self._hub = Hub(engine)
+        return hub.start()
+
+    def stop_hub(self):
+        """Close the hub (``shutdown_hubs()``); the engine keeps running."""
+        with self._engine_lock:
+            hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.close()
+
+    # --- 3. the ledger, 4. the tick, 5. the quotas ------------------------------------
+
+    @property
+    def ledger(self):
+        """The usage ledger, started on first use (which reads the store)."""
+        ledger = self._ledger
+        if ledger is not None:
+            return ledger
+        with self._flow_lock:
+            if self._ledger is None:
+                self._check_open()
+                from .conf import rindle_settings
+                from .flow import FlowLedger, FlowStore, now_ms
+
+                node = rindle_settings.FLOW_NODE_ID or None
+                ledger = FlowLedger(FlowStore(self.using), node=node).start(now_ms())
+                self.ledger_database = self._database_name()
+                self._ledger = ledger
+            return self._ledger
+
+    @property
+    def running_ledger(self):
+        """The ledger if it started, else None (starts nothing)."""
+        return self._ledger
+
+    def serving_ledger(self):
+        """The ledger with the flush tick and the exit flush (``tick.serving_ledger``)."""
+        ledger = self.ledger
+        if not self._tick_decided:
+            self.start_tick()
+        return ledger
+
+    @property
+    def tick(self):
+        """The running flush tick, or None."""
+        return self._tick
+
+    def start_tick(self):
+        """Start the flush tick and the exit flush (idempotent); the tick or None."""
+        from .flow import tick
+
+        with self._flow_lock:
+            if self._tick_decided:
+                return self._tick
+            self._tick_decided = True
+            if tick._in_test_environment():
+                return None
+            self.flushes_at_exit = True
+            from .conf import rindle_settings
+
+            interval = rindle_settings.FLOW_FLUSH_SECONDS
+            if interval:
+                self._tick = tick.FlushTick(interval, flush=self.flush).start()
+            return self._tick
+
+    @property
+    def quotas(self):
+        """The quotas over the serving ledger, rebuilt when the ledger was replaced."""
+        quotas = self._quotas
+        if quotas is not None and quotas.ledger is self._ledger and self._tick_decided:
+            return quotas
+        ledger = self.serving_ledger()
+        with self._flow_lock:
+            if self._quotas is None or self._quotas.ledger is not ledger:
+                from .flow.quota import Quotas
+
+                self._quotas = Quotas.from_settings(ledger)
+            return self._quotas
+
+    def drop_quotas(self):
+        """Forget the quota cache (the next check reads the store again)."""
+        self._quotas = None
+
+    def flush(self, now=None):
+        """Flush the ledger into the database it started on; rows written (0: none)."""
+        ledger = self._ledger
+        if ledger is None or self.moved_database():
+            return 0
+        from .flow import now_ms
+
+        return ledger.flush(now_ms() if now is None else now)
+
+    def moved_database(self):
+        """True when the alias points at another database than the ledger started on."""
+        return self.ledger_database is not None and self.ledger_database != self._database_name()
+
+    def stop_flow(self, now=None, flush=True):
+        """
+        Drop the quotas, stop the tick, flush the ledger a last time (``flush``) and
+        drop it. A failed flush is logged: what it held is lost, as in a crash.
+        """
+        with self._flow_lock:
+            tick, self._tick, self._tick_decided = self._tick, None, False
+            ledger, self._ledger, self._quotas = self._ledger, None, None
+            moved = self.moved_database()
+            self.ledger_database = None
+        if tick is not None:
+            tick.stop()
+        if ledger is None or not flush:
+            return
+        if moved:
+            message = "rindle flow: %r's database changed since it started; not flushed"
+            logger.warning(message, ledger)
+            return
+        from .flow import now_ms
+
+        try:
+            ledger.flush(now_ms() if now is None else now)
+        except Exception:
+            logger.exception("the final flush of %r failed; its unflushed flow is lost", ledger)
+
+    def drop_ledger(self, now=None, flush=True):
+        """Flush (``flush``) and drop the ledger only; the tick goes on (``flow.shutdown``)."""
+        with self._flow_lock:
+            ledger, self._ledger = self._ledger, None
+            moved = self.moved_database()
+            self.ledger_database = None
+        if ledger is None or not flush or moved:
+            return
+        from .flow import now_ms
+
+        try:
+            ledger.flush(now_ms() if now is None else now)
+        except Exception:
+            logger.exception("the final flush of %r failed; its unflushed flow is lost", ledger)
+
+    def _check_open(self):
+        if self.closed:
+            raise RuntimeError(f"{self!r} was shut down: get_runtime() gives the running one")
+
+    def _database_name(self):
+        return connections[self.using].settings_dict.get("NAME")
+
+    # --- 6. the sandbox's grant cache ------------------------------------------------
+
+    def forget_sandbox_grants(self):
+        with self.sandbox_grants_lock:
+            self.sandbox_grants.clear()
+
+    # --- all of it -----------------------------------------------------------------
+
+    def shutdown(self, timeout=None, flush=True):
+        """
+        Stop every part in the reverse start order: the caches, the tick, the ledger
+        (flushed when ``flush``), the hub, the engine (drained within ``timeout``).
+        Safe to call more than once.
+        """
+        self.closed = True
+        self.forget_sandbox_grants()
+        self.stop_flow(flush=flush)
+        self.stop_engine(timeout)
+
+
+# --- the process's runtimes -------------------------------------------------------------
+
+_runtimes = {}  # alias -> Runtime
+_lock = threading.Lock()
+
+
+def _alias(using):
+    if using:
+        return using
+    from .conf import rindle_settings
+
+    return rindle_settings.DATABASE
+
+
+def get_runtime(using="default"):
+    """
+    The runtime of the database alias ``using`` in this process (made on first use);
+    ``None`` is ``RINDLE["DATABASE"]``, the alias the delegates default to.
+    """
+    using = _alias(using)
+    runtime = _runtimes.get(using)
+    if runtime is not None and not runtime.closed:
+        return runtime
+    with _lock:
+        runtime = _runtimes.get(using)
+        if runtime is None or runtime.closed:
+            runtime = _runtimes[using] = Runtime(using)
+        return runtime
+
+
+def running(using="default"):
+    """The runtime of ``using`` if this process has one, else None (makes none)."""
+    runtime = _runtimes.get(_alias(using))
+    return runtime if runtime is not None and not runtime.closed else None
+
+
+def runtimes():
+    """This process's open runtimes, sorted by alias."""
+    return [rt for _using, rt in sorted(_runtimes.items()) if not rt.closed]
+
+
+def shutdown(timeout=None, flush=True):
+    """Shut every runtime of this process down and forget them."""
+    with _lock:
+        every = list(_runtimes.values())
+        _runtimes.clear()
+    for runtime in every:
+        runtime.shutdown(timeout, flush=flush)
+
+
+def _at_exit():
+    # The exit flush is the serving processes' (see start_tick); the rest only stops.
+    shutdown(flush=any(rt.flushes_at_exit for rt in runtimes()))
+
+
+def _after_fork_in_child():
+    # Threads do not survive fork(); the child starts its own runtimes lazily.
+    _runtimes.clear()
+
+
+atexit.register(_at_exit)
+os.register_at_fork(after_in_child=_after_fork_in_child)
