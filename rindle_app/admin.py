@@ -24,6 +24,7 @@ from .conf import rindle_settings
 from .engine import RindleError
 from .engine.errors import InvalidInput
 from .engine.registry import synced_models
+from .exceptions import FLOW_FORGET_UNCONFIRMED, FLOW_INVALID_WINDOW, FLOW_UNKNOWN_NAMESPACE
 from .flow.ledger import DAY_MS, REASONS, check_namespace, day_date, utc_day
 from .management.commands.rindle_fk_audit import run_audit
 
@@ -375,7 +376,7 @@ def nice_scale(peak, ticks=4):
 class NothingKept(InvalidInput):
     """A namespace page was asked for a namespace with no figure in the kept window."""
 
-    code = "flow_unknown_namespace"
+    code = FLOW_UNKNOWN_NAMESPACE
     status = 404
 
 
@@ -399,7 +400,7 @@ def _days_param(request, name, default, limit):
     if not (len(value) <= 6 and value.isdecimal()) or not 1 <= int(value) <= limit:
         raise InvalidInput(
             f"{name} must be a whole number of days from 1 to {limit}, not {raw[:40]!r}",
-            code="flow_invalid_window",
+            code=FLOW_INVALID_WINDOW,
             field=name,
         )
     return int(value)
@@ -711,7 +712,7 @@ class FlowTombstoneAdmin(ReadOnlyAdmin):
             if data.get("confirm") != "yes":
                 raise InvalidInput(
                     "Forgetting needs the confirmation step: confirm=yes.",
-                    code="flow_forget_unconfirmed",
+                    code=FLOW_FORGET_UNCONFIRMED,
                 )
             had = ledger.forget(namespace, now)
         except RindleError as exc:
