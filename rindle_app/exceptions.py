@@ -15,7 +15,8 @@ envelope by contract (the original's: ``retry_scope``, ``transaction_state``,
 
 ``docs/reference/errors.md`` is generated from ``CODES``
 (``python manage.py rindle_docs_errors``); a test checks that it is current.
-This module imports nothing from rindle, so every package may import it.
+This module imports nothing from rindle, so every package may import it. It is a
+little over 600 lines on purpose: the whole vocabulary, table and classes, in one place.
 """
 
 import json
@@ -52,30 +53,33 @@ _HTTP = ()  # an HTTP-only code: it never travels in a frame
 _Q = (FRAME_QUERY_ERROR,)
 _BOTH = (FRAME_ERROR, FRAME_QUERY_ERROR)
 
+
+def _http(code, status=400, doc="", **kwargs):
+    return _code(code, status, doc, frames=_HTTP, **kwargs)
+
+
+def _query(code, status=400, doc="", **kwargs):
+    return _code(code, status, doc, frames=_Q, **kwargs)
+
+
 # --- generic -------------------------------------------------------------------------
 ERROR = _code("error", 400, "An error without a more specific code.")
 INVALID_INPUT = _code("invalid_input", 400, "The request is malformed; nothing was written.")
-INVALID_REQUEST = _code("invalid_request", 400, "The body failed validation.", frames=_HTTP)
-NOT_FOUND = _code("not_found", 404, "The thing asked for does not exist.", frames=_HTTP)
+INVALID_REQUEST = _http("invalid_request", 400, "The body failed validation.")
+NOT_FOUND = _http("not_found", 404, "The thing asked for does not exist.")
 INTERNAL_ERROR = _code(
     "internal_error", 500, "The server's own code failed (logged); the caller is answered."
 )
 UNSUPPORTED = _code("unsupported", 400, "Valid, but not something rindle does.", frames=_BOTH)
 UNAUTHORIZED = _code("unauthorized", 403, "Not allowed (scope, read rule, lease).", frames=_BOTH)
-INSUFFICIENT_SCOPE = _code(
-    "insufficient_scope", 403, "The token lacks the route's scope.", frames=_HTTP
-)
-NOT_SUPERUSER = _code("not_superuser", 403, "The route needs a superuser.", frames=_HTTP)
-THROTTLED = _code(
-    "throttled", 429, "DRF's throttling refused the request.", retryable=True, frames=_HTTP
-)
-METRICS_FORBIDDEN = _code(
-    "metrics_forbidden", 403, "GET /metrics without its bearer token.", frames=_HTTP
-)
+INSUFFICIENT_SCOPE = _http("insufficient_scope", 403, "The token lacks the route's scope.")
+NOT_SUPERUSER = _http("not_superuser", 403, "The route needs a superuser.")
+THROTTLED = _http("throttled", 429, "DRF's throttling refused the request.", retryable=True)
+METRICS_FORBIDDEN = _http("metrics_forbidden", 403, "GET /metrics without its bearer token.")
 
 # --- the engine ----------------------------------------------------------------------
 UNKNOWN_TABLE = _code("unknown_table", 400, "The table is not registered (or does not exist).")
-NO_PRIMARY_KEY = _code("no_primary_key", 400, "The table has no primary key.", frames=_HTTP)
+NO_PRIMARY_KEY = _http("no_primary_key", 400, "The table has no primary key.")
 UNKNOWN_COLUMN = _code("unknown_column", 400, "The column is not the table's.")
 INVALID_ROW = _code("invalid_row", 400, "A row is not an object of the table's columns.")
 INVALID_KEY = _code("invalid_key", 400, "A key does not name exactly the primary key.")
@@ -101,50 +105,39 @@ INVALID_MID = _code("invalid_mid", 400, "The envelope's mid is not a positive in
 INVALID_NAME = _code("invalid_name", 400, "The envelope's name is not a non-empty string.")
 INVALID_ARGS = _code("invalid_args", 400, "The arguments are not valid.", frames=_BOTH)
 ARGS_TOO_LARGE = _code("args_too_large", 400, "The arguments exceed MAX_ARGS_BYTES.")
-REJECTED = _code(
-    "rejected", 200, "A mutator rejected the mutation (an outcome, not an error).", frames=_HTTP
-)
-UNKNOWN_MUTATOR = _code(
-    "unknown_mutator", 200, "No mutator has the name (a rejected outcome).", frames=_HTTP
-)
+REJECTED = _http("rejected", 200, "A mutator rejected the mutation (an outcome, not an error).")
+UNKNOWN_MUTATOR = _http("unknown_mutator", 200, "No mutator has the name (a rejected outcome).")
 
 # --- named queries, live queries and websocket limits --------------------------------
-UNKNOWN_QUERY = _code("unknown_query", 404, "No named query has the name.", frames=_Q)
-INVALID_QUERY = _code(
-    "invalid_query", 500, "A named query built an AST the engine cannot build (a server bug).",
-    frames=_Q,
-)  # fmt: skip
-LEASE_EXPIRED = _code(
-    "lease_expired", 401, "The lease expired; ask for a new one.", retryable=True, frames=_Q
+UNKNOWN_QUERY = _query("unknown_query", 404, "No named query has the name.")
+INVALID_QUERY = _query(
+    "invalid_query", 500, "A named query built an AST the engine cannot build (a server bug)."
 )
-LEASE_PRINCIPAL_MISMATCH = _code(
-    "lease_principal_mismatch", 403, "The lease was minted for someone else.", frames=_Q
+LEASE_EXPIRED = _query(
+    "lease_expired", 401, "The lease expired; ask for a new one.", retryable=True
 )
-TOO_MANY_SUBSCRIPTIONS = _code(
-    "too_many_subscriptions", 400, "The socket holds WS_MAX_SUBSCRIPTIONS.", frames=_Q
+LEASE_PRINCIPAL_MISMATCH = _query(
+    "lease_principal_mismatch", 403, "The lease was minted for someone else."
 )
-FOOTPRINT_TOO_LARGE = _code(
-    "footprint_too_large", 400, "The socket's rows exceed WS_MAX_FOOTPRINT_ROWS.", frames=_Q
+TOO_MANY_SUBSCRIPTIONS = _query(
+    "too_many_subscriptions", 400, "The socket holds WS_MAX_SUBSCRIPTIONS."
 )
-RESULT_TOO_LARGE = _code(
-    "result_too_large", 400, "The snapshot exceeds WS_MAX_SEND_BYTES.", frames=_Q
+FOOTPRINT_TOO_LARGE = _query(
+    "footprint_too_large", 400, "The socket's rows exceed WS_MAX_FOOTPRINT_ROWS."
 )
-BATCH_TOO_LARGE = _code(
-    "batch_too_large", 400, "An increment exceeds WS_MAX_SEND_BYTES; resubscribe.",
-    retryable=True, frames=_Q,
-)  # fmt: skip
-SCHEMA_CHANGED = _code(
-    "schema_changed", 400, "A migration changed the query's tables; resubscribe.",
-    retryable=True, frames=_Q,
-)  # fmt: skip
-FAULTED = _code(
-    "faulted", 500, "The query's view failed to maintain; resubscribe.",
-    retryable=True, frames=_Q,
-)  # fmt: skip
-SHED = _code(
-    "shed", 503, "The server shed the subscription under load; resubscribe.",
-    retryable=True, frames=_Q,
-)  # fmt: skip
+RESULT_TOO_LARGE = _query("result_too_large", 400, "The snapshot exceeds WS_MAX_SEND_BYTES.")
+BATCH_TOO_LARGE = _query(
+    "batch_too_large", 400, "An increment exceeds WS_MAX_SEND_BYTES; resubscribe.", retryable=True
+)
+SCHEMA_CHANGED = _query(
+    "schema_changed", 400, "A migration changed the query's tables; resubscribe.", retryable=True
+)
+FAULTED = _query(
+    "faulted", 500, "The query's view failed to maintain; resubscribe.", retryable=True
+)
+SHED = _query(
+    "shed", 503, "The server shed the subscription under load; resubscribe.", retryable=True
+)
 
 # --- websocket frames ----------------------------------------------------------------
 BAD_FRAME = _code("bad_frame", 400, "The client frame is malformed; nothing changed.")
@@ -153,95 +146,68 @@ RATE_LIMITED = _code("rate_limited", 429, "Too many frames (WS_RATE, WS_BURST)."
 
 # --- usage ledger and quotas ---------------------------------------------------------
 QUOTA_EXCEEDED = _code(
-    "quota_exceeded", 429, "The namespace moved its quota of bytes.",
-    retryable=True, frames=_BOTH,
-)  # fmt: skip
+    "quota_exceeded", 429, "The namespace moved its quota of bytes.", retryable=True, frames=_BOTH
+)
 FLOW_INVALID_TRANSFER = _code("flow_invalid_transfer", 400, "A transfer's figures are unusable.")
 FLOW_INVALID_NAMESPACE = _code("flow_invalid_namespace", 400, "The namespace is unusable.")
 FLOW_INVALID_TIME = _code("flow_invalid_time", 400, "The time is not Unix milliseconds.")
 FLOW_INVALID_WINDOW = _code("flow_invalid_window", 400, "The window of days is unusable.")
 FLOW_INVALID_NODE = _code("flow_invalid_node", 400, "The flow node id is unusable.")
 FLOW_UNKNOWN_REASON = _code("flow_unknown_reason", 400, "Not one of the ledger's reasons.")
-FLOW_UNKNOWN_NAMESPACE = _code(
-    "flow_unknown_namespace", 404, "No figure of the namespace is kept.", frames=_HTTP
-)
-FLOW_FORGET_UNCONFIRMED = _code(
-    "flow_forget_unconfirmed", 400, "Forgetting needs confirm=yes.", frames=_HTTP
-)
-FLOW_STORE_UNAVAILABLE = _code(
-    "flow_store_unavailable", 503, "The flow store cannot be read.", retryable=True, frames=_HTTP
+FLOW_UNKNOWN_NAMESPACE = _http("flow_unknown_namespace", 404, "No figure of the namespace is kept.")
+FLOW_FORGET_UNCONFIRMED = _http("flow_forget_unconfirmed", 400, "Forgetting needs confirm=yes.")
+FLOW_STORE_UNAVAILABLE = _http(
+    "flow_store_unavailable", 503, "The flow store cannot be read.", retryable=True
 )
 
 # --- producers, change sources and row changes (HTTP) --------------------------------
-SEQ_GAP = _code("seq_gap", 409, "The producer's seq skipped past stored + 1.", frames=_HTTP)
-DIGEST_CONFLICT = _code(
-    "digest_conflict", 409, "A replayed seq carried another payload.", frames=_HTTP
-)
-PRODUCER_NOT_OWNED = _code(
-    "producer_not_owned", 403, "The producer belongs to another principal.", frames=_HTTP
-)
-INVALID_PRODUCER = _code("invalid_producer", 400, "The producer id is unusable.", frames=_HTTP)
-INVALID_SEQ = _code("invalid_seq", 400, "seq is not a positive integer.", frames=_HTTP)
-FENCED = _code("fenced", 409, "The batch's run id is not the stored one.", frames=_HTTP)
-HASH_MISMATCH = _code(
-    "hash_mismatch", 409, "A stored position was replayed with other content.", frames=_HTTP
-)
-INVALID_CHUNK_SEQ = _code("invalid_chunk_seq", 400, "chunk_seq is not >= -1.", frames=_HTTP)
-INVALID_HEAD = _code("invalid_head", 400, "head is not a small object.", frames=_HTTP)
-ROW_CONFLICT = _code("row_conflict", 409, "An add met an existing row.", frames=_HTTP)
-INVALID_CHANGES = _code("invalid_changes", 400, "changes is not a list.", frames=_HTTP)
-TOO_MANY_CHANGES = _code("too_many_changes", 400, "The batch holds too many.", frames=_HTTP)
-INVALID_CHANGE = _code("invalid_change", 400, "A change is malformed.", frames=_HTTP)
-INVALID_OP = _code("invalid_op", 400, "op is not add, edit or remove.", frames=_HTTP)
-NO_KEY = _code("no_key", 400, "A row lacks a primary key column.", frames=_HTTP)
-INVALID_VALUE = _code("invalid_value", 400, "A value cannot be stored.", frames=_HTTP)
+SEQ_GAP = _http("seq_gap", 409, "The producer's seq skipped past stored + 1.")
+DIGEST_CONFLICT = _http("digest_conflict", 409, "A replayed seq carried another payload.")
+PRODUCER_NOT_OWNED = _http("producer_not_owned", 403, "The producer belongs to another principal.")
+INVALID_PRODUCER = _http("invalid_producer", 400, "The producer id is unusable.")
+INVALID_SEQ = _http("invalid_seq", 400, "seq is not a positive integer.")
+FENCED = _http("fenced", 409, "The batch's run id is not the stored one.")
+HASH_MISMATCH = _http("hash_mismatch", 409, "A stored position was replayed with other content.")
+INVALID_CHUNK_SEQ = _http("invalid_chunk_seq", 400, "chunk_seq is not >= -1.")
+INVALID_HEAD = _http("invalid_head", 400, "head is not a small object.")
+ROW_CONFLICT = _http("row_conflict", 409, "An add met an existing row.")
+INVALID_CHANGES = _http("invalid_changes", 400, "changes is not a list.")
+TOO_MANY_CHANGES = _http("too_many_changes", 400, "The batch holds too many.")
+INVALID_CHANGE = _http("invalid_change", 400, "A change is malformed.")
+INVALID_OP = _http("invalid_op", 400, "op is not add, edit or remove.")
+NO_KEY = _http("no_key", 400, "A row lacks a primary key column.")
+INVALID_VALUE = _http("invalid_value", 400, "A value cannot be stored.")
 
 # --- the migration journal (HTTP) ----------------------------------------------------
-MIGRATION_REFUSED = _code("migration_refused", 400, "A journal rule refused it.", frames=_HTTP)
-UNSUPPORTED_SYNTAX = _code(
-    "unsupported_syntax", 400, "The SQL text uses syntax the journal refuses.", frames=_HTTP
+MIGRATION_REFUSED = _http("migration_refused", 400, "A journal rule refused it.")
+UNSUPPORTED_SYNTAX = _http(
+    "unsupported_syntax", 400, "The SQL text uses syntax the journal refuses."
 )
-UNSUPPORTED_STATEMENT = _code(
-    "unsupported_statement", 400, "Not a supported migration statement.", frames=_HTTP
+UNSUPPORTED_STATEMENT = _http("unsupported_statement", 400, "Not a supported migration statement.")
+ATTACH_REFUSED = _http("attach_refused", 400, "ATTACH/DETACH are refused.")
+PRAGMA_REFUSED = _http("pragma_refused", 400, "PRAGMA is refused.")
+TRANSACTION_CONTROL_REFUSED = _http(
+    "transaction_control_refused", 400, "BEGIN/COMMIT/... are refused."
 )
-ATTACH_REFUSED = _code("attach_refused", 400, "ATTACH/DETACH are refused.", frames=_HTTP)
-PRAGMA_REFUSED = _code("pragma_refused", 400, "PRAGMA is refused.", frames=_HTTP)
-TRANSACTION_CONTROL_REFUSED = _code(
-    "transaction_control_refused", 400, "BEGIN/COMMIT/... are refused.", frames=_HTTP
+RENAME_REFUSED = _http("rename_refused", 400, "RENAME is refused.")
+CASCADE_REFUSED = _http("cascade_refused", 400, "DROP ... CASCADE is refused.")
+RESERVED_TABLE = _http("reserved_table", 400, "The table or view is rindle's.")
+TYPE_CHANGE_REFUSED = _http("type_change_refused", 400, "A column type change is refused.")
+BLOB_REFUSED = _http("blob_refused", 400, "A blob column change is refused.")
+REFERENCED_TABLE = _http("referenced_table", 400, "Another table references the one changed.")
+CHECKSUM_MISMATCH = _http("checksum_mismatch", 409, "The id is journaled with other content.")
+MIGRATION_TOO_LARGE = _http("migration_too_large", 413, "The migration exceeds a limit.")
+TOO_MANY_ROW_CHANGES = _http(
+    "too_many_row_changes", 413, "The migration made too many row changes."
 )
-RENAME_REFUSED = _code("rename_refused", 400, "RENAME is refused.", frames=_HTTP)
-CASCADE_REFUSED = _code("cascade_refused", 400, "DROP ... CASCADE is refused.", frames=_HTTP)
-RESERVED_TABLE = _code("reserved_table", 400, "The table or view is rindle's.", frames=_HTTP)
-TYPE_CHANGE_REFUSED = _code(
-    "type_change_refused", 400, "A column type change is refused.", frames=_HTTP
-)
-BLOB_REFUSED = _code("blob_refused", 400, "A blob column change is refused.", frames=_HTTP)
-REFERENCED_TABLE = _code(
-    "referenced_table", 400, "Another table references the one changed.", frames=_HTTP
-)
-CHECKSUM_MISMATCH = _code(
-    "checksum_mismatch", 409, "The id is journaled with other content.", frames=_HTTP
-)
-MIGRATION_TOO_LARGE = _code(
-    "migration_too_large", 413, "The migration exceeds a limit.", frames=_HTTP
-)
-TOO_MANY_ROW_CHANGES = _code(
-    "too_many_row_changes", 413, "The migration made too many row changes.", frames=_HTTP
-)
-STATEMENT_FAILED = _code(
-    "statement_failed", 400, "A statement failed; all was rolled back.", frames=_HTTP
-)
-INVALID_MIGRATION_ID = _code("invalid_migration_id", 400, "The id is unusable.", frames=_HTTP)
-INVALID_STATEMENTS = _code("invalid_statements", 400, "Not SQL text.", frames=_HTTP)
-EMPTY_MIGRATION = _code("empty_migration", 400, "The migration has no statements.", frames=_HTTP)
-MIXED_MIGRATION = _code(
-    "mixed_migration", 400, "Schema and data statements are mixed.", frames=_HTTP
-)
-ID_TAKEN = _code("id_taken", 409, "The id names a journal entry of another kind.", frames=_HTTP)
-KIND_MISMATCH = _code("kind_mismatch", 409, "The id is journaled as another kind.", frames=_HTTP)
-OVERRIDE_MISMATCH = _code(
-    "override_mismatch", 409, "The override does not match the journal.", frames=_HTTP
-)
+STATEMENT_FAILED = _http("statement_failed", 400, "A statement failed; all was rolled back.")
+INVALID_MIGRATION_ID = _http("invalid_migration_id", 400, "The id is unusable.")
+INVALID_STATEMENTS = _http("invalid_statements", 400, "Not SQL text.")
+EMPTY_MIGRATION = _http("empty_migration", 400, "The migration has no statements.")
+MIXED_MIGRATION = _http("mixed_migration", 400, "Schema and data statements are mixed.")
+ID_TAKEN = _http("id_taken", 409, "The id names a journal entry of another kind.")
+KIND_MISMATCH = _http("kind_mismatch", 409, "The id is journaled as another kind.")
+OVERRIDE_MISMATCH = _http("override_mismatch", 409, "The override does not match the journal.")
 
 # --- public SQL (/v1/sql/*): UPPERCASE codes and the SQL envelope, by contract -------
 _SQL = {"frames": _HTTP, "plane": "sql"}
