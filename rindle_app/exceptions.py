@@ -106,6 +106,11 @@ INVALID_NAME = _code("invalid_name", 400, "The envelope's name is not a non-empt
 INVALID_ARGS = _code("invalid_args", 400, "The arguments are not valid.", frames=_BOTH)
 ARGS_TOO_LARGE = _code("args_too_large", 400, "The arguments exceed MAX_ARGS_BYTES.")
 REJECTED = _http("rejected", 200, "A mutator rejected the mutation (an outcome, not an error).")
+INTEGRITY_ERROR = _http(
+    "integrity_error", 200, "A mutator broke a constraint (a rejected outcome)."
+)
+DATA_ERROR = _http("data_error", 200, "A mutator wrote an unusable value (a rejected outcome).")
+MUTATOR_ERROR = _http("mutator_error", 200, "A mutator raised (logged; a rejected outcome).")
 UNKNOWN_MUTATOR = _http("unknown_mutator", 200, "No mutator has the name (a rejected outcome).")
 
 # --- named queries, live queries and websocket limits --------------------------------

@@ -32,13 +32,18 @@ from ..adapter import get_adapter
 from ..conf import rindle_settings
 from ..exceptions import (
     ARGS_TOO_LARGE,
+    DATA_ERROR,
+    INTEGRITY_ERROR,
     INVALID_ARGS,
     INVALID_CLIENT_ID,
     INVALID_MID,
     INVALID_NAME,
+    MUTATOR_ERROR,
     UNAUTHORIZED,
     UNKNOWN_MUTATOR,
     MutationRejected,
+    QueryError,
+    QueryRefused,
 )
 from . import capture
 from .errors import ClientIdTaken, InvalidInput, MutationGap, RindleError, Unavailable
@@ -194,18 +199,18 @@ def classify(exc):
         return exc.code, exc.reason
     if isinstance(exc, PermissionDenied):
         return UNAUTHORIZED, str(exc) or "not authorized"
-    if isinstance(exc, RindleError):
-        return exc.code, exc.message
+    if isinstance(exc, RindleError) and not isinstance(exc, (QueryError, QueryRefused)):
+        return exc.code, exc.message  # (a query a mutator built wrong is its bug, below)
     if isinstance(exc, IntegrityError):
-        return "integrity_error", str(exc)
+        return INTEGRITY_ERROR, str(exc)
     if isinstance(exc, DataError):
-        return "data_error", str(exc)
+        return DATA_ERROR, str(exc)
     if isinstance(exc, DjangoValidationError):
         return INVALID_ARGS, "; ".join(exc.messages)
     # Not a business rule: a bug in the mutator. The client gets a rejection; the
     # operator gets the traceback.
     logger.error("rindle: a mutator raised %s", type(exc).__name__, exc_info=exc)
-    return "mutator_error", f"{type(exc).__name__}: {exc}"
+    return MUTATOR_ERROR, f"{type(exc).__name__}: {exc}"
 
 
 # On Postgres, engines of several processes may share the ledger: the read takes a
