@@ -30,35 +30,14 @@ from dataclasses import dataclass
 from django.core import signing
 
 from .conf import rindle_settings
-from .engine.errors import RindleError
+from .exceptions import (
+    LeaseError,  # noqa: F401  (re-exported: leases.LeaseError)
+    LeaseExpired,
+    LeaseInvalid,
+    LeasePrincipalMismatch,
+)
 
 SALT = "rindle.lease"
-
-
-class LeaseError(RindleError):
-    """A lease that cannot be used."""
-
-    status = 403
-
-
-class LeaseExpired(LeaseError):
-    """The lease was valid once; ask ``POST /api/rindle/query`` for a new one."""
-
-    code = "lease_expired"
-    status = 401
-    retryable = True
-
-
-class LeaseInvalid(LeaseError):
-    """The token is not a lease this server signed (tampered, truncated, another key)."""
-
-    code = "unauthorized"
-
-
-class LeasePrincipalMismatch(LeaseError):
-    """A valid lease redeemed by someone other than the principal it was minted for."""
-
-    code = "lease_principal_mismatch"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from django.http import JsonResponse
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY
 
+from .exceptions import METRICS_FORBIDDEN
+
 METRICS_AUTH_KEYS = frozenset({"TOKEN", "ADDRESSES", "STAFF", "OPEN"})
 
 
@@ -27,7 +29,7 @@ def metrics_view(request):
     response = JsonResponse(
         {
             "error": {
-                "code": "metrics_forbidden",
+                "code": METRICS_FORBIDDEN,
                 "message": "/metrics is not open to this caller; see RINDLE['METRICS_AUTH']",
             }
         },

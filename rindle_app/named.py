@@ -37,24 +37,13 @@ from rest_framework import serializers
 from .adapter import get_adapter
 from .conf import rindle_settings
 from .engine.mutations import LEDGER, OWNER_COLUMN
+from .exceptions import INTERNAL_ERROR, INVALID_ARGS, UNAUTHORIZED, UNKNOWN_QUERY, QueryRefused
 
 LMID_QUERY_NAME = "_rindle/clientLmid"
 
 logger = logging.getLogger("rindle.named")
 
 _registry = {}
-
-
-class QueryRefused(Exception):
-    """
-    A named query that cannot be run: ``code`` is unknown_query, invalid_args,
-    unauthorized, or internal_error (the server's own code failed; logged).
-    """
-
-    def __init__(self, message, code):
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -75,25 +64,25 @@ class NamedQuery:
         spec = self.args
         if spec is None:
             if args not in (None, {}):
-                raise QueryRefused(f"query {self.name!r} takes no arguments", "invalid_args")
+                raise QueryRefused(f"query {self.name!r} takes no arguments", INVALID_ARGS)
             return None
         if isinstance(spec, type) and issubclass(spec, serializers.BaseSerializer):
             if not isinstance(args, dict):
                 raise QueryRefused(
-                    f"query {self.name!r} takes an object of arguments", "invalid_args"
+                    f"query {self.name!r} takes an object of arguments", INVALID_ARGS
                 )
             serializer = spec(data=args)
             if not serializer.is_valid():
                 raise QueryRefused(
                     f"bad arguments for {self.name!r}: {_errors(serializer.errors)}",
-                    "invalid_args",
+                    INVALID_ARGS,
                 )
             return serializer.validated_data
         try:
             return spec.run_validation(args)
         except serializers.ValidationError as exc:
             raise QueryRefused(
-                f"bad arguments for {self.name!r}: {_errors(exc.detail)}", "invalid_args"
+                f"bad arguments for {self.name!r}: {_errors(exc.detail)}", INVALID_ARGS
             ) from None
 
 
@@ -157,17 +146,17 @@ def resolve(name, args, user=None, *, client_id=None, owner=None):
     """
     if name == LMID_QUERY_NAME:
         if not client_id:
-            raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", "invalid_args")
+            raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", INVALID_ARGS)
         return lmid_ast(client_id, owner)
     if not isinstance(name, str) or name not in _registry:
-        raise QueryRefused(f"unknown query {name!r}", "unknown_query")
+        raise QueryRefused(f"unknown query {name!r}", UNKNOWN_QUERY)
     entry = _registry[name]
     try:
         encoded = json.dumps(args)
     except (TypeError, ValueError):
-        raise QueryRefused("arguments must be JSON", "invalid_args") from None
+        raise QueryRefused("arguments must be JSON", INVALID_ARGS) from None
     if len(encoded.encode()) > int(rindle_settings.MAX_ARGS_BYTES):
-        raise QueryRefused("arguments are too large", "invalid_args")
+        raise QueryRefused("arguments are too large", INVALID_ARGS)
     with _answered(name, "validating the arguments of"):
         clean = entry.validate(args)
     adapter = get_adapter()
@@ -175,9 +164,9 @@ def resolve(name, args, user=None, *, client_id=None, owner=None):
         with _answered(name, "authorizing"):
             allowed = adapter.authorize_query(user, name, clean)
     except PermissionDenied as exc:
-        raise QueryRefused(str(exc) or f"not allowed to read {name!r}", "unauthorized") from None
+        raise QueryRefused(str(exc) or f"not allowed to read {name!r}", UNAUTHORIZED) from None
     if allowed is False:
-        raise QueryRefused(f"not allowed to read {name!r}", "unauthorized")
+        raise QueryRefused(f"not allowed to read {name!r}", UNAUTHORIZED)
     with _answered(name, "building"):
         built = entry.build(clean, Context(user=user, client_id=client_id))
         ast = built.build() if hasattr(built, "build") else copy.deepcopy(built)
@@ -200,7 +189,7 @@ def _answered(name, doing):
     except Exception as exc:
         logger.exception("rindle: %s named query %r failed", doing, name)
         raise QueryRefused(
-            f"the server failed {doing} query {name!r} ({type(exc).__name__})", "internal_error"
+            f"the server failed {doing} query {name!r} ({type(exc).__name__})", INTERNAL_ERROR
         ) from exc
 
 

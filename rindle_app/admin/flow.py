@@ -10,6 +10,7 @@ from .. import flow, models
 from ..conf import rindle_settings
 from ..engine import RindleError
 from ..engine.errors import InvalidInput
+from ..exceptions import FLOW_FORGET_UNCONFIRMED, FLOW_INVALID_WINDOW, FLOW_UNKNOWN_NAMESPACE
 from ..flow.ledger import check_namespace, utc_day
 from .base import ReadOnlyAdmin, epoch_ms
 from .flow_pages import (
@@ -29,7 +30,7 @@ FLOW_FORGET_PERMISSION = "rindle_app.delete_flowdayrecord"
 class NothingKept(InvalidInput):
     """A namespace page was asked for a namespace with no figure in the kept window."""
 
-    code = "flow_unknown_namespace"
+    code = FLOW_UNKNOWN_NAMESPACE
     status = 404
 
 
@@ -43,7 +44,7 @@ def _days_param(request, name, default, limit):
     if not (len(value) <= 6 and value.isdecimal()) or not 1 <= int(value) <= limit:
         raise InvalidInput(
             f"{name} must be a whole number of days from 1 to {limit}, not {raw[:40]!r}",
-            code="flow_invalid_window",
+            code=FLOW_INVALID_WINDOW,
             field=name,
         )
     return int(value)
@@ -160,7 +161,7 @@ class FlowTombstoneAdmin(ReadOnlyAdmin):
             if data.get("confirm") != "yes":
                 raise InvalidInput(
                     "Forgetting needs the confirmation step: confirm=yes.",
-                    code="flow_forget_unconfirmed",
+                    code=FLOW_FORGET_UNCONFIRMED,
                 )
             had = ledger.forget(namespace, now)
         except RindleError as exc:

@@ -1,55 +1,26 @@
 """
-Every error of the HTTP API as ``{"error": {"code", "message", ...}}``, with its
-status, decided here and nowhere else.
+The DRF exception handler of rindle's views: a ``RindleError`` is answered by
+``rindle_app.exceptions.to_response``, any other DRF error in the same envelope
+``{"error": {"code", "message"}}``.
 """
 
 import logging
 
 from rest_framework import exceptions
-from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..engine.errors import MutationGap, RindleError, Unavailable
-from ..ivm.ast import QueryError
-from ..named import QueryRefused
+from ..exceptions import ERROR, INVALID_REQUEST, QueryError, RindleError, to_response
 
 logger = logging.getLogger("rindle.api")
-
-QUERY_REFUSED_STATUS = {
-    "unknown_query": 404,
-    "invalid_args": 400,
-    "unauthorized": 403,
-    "internal_error": 500,  # a named query's own code failed (logged): still an envelope
-}
-RETRY_AFTER_SECONDS = 1
-
-
-def error_response(status, code, message, headers=None, **details):
-    return Response(
-        {"error": {"code": code, "message": message, **details}}, status=status, headers=headers
-    )
 
 
 def exception_handler(exc, context):
     """The response of ``exc`` raised in a rindle view; None re-raises it (a 500)."""
-    if isinstance(exc, QueryRefused):
-        return error_response(QUERY_REFUSED_STATUS.get(exc.code, 400), exc.code, exc.message)
-    if isinstance(exc, MutationGap):
-        # The clients recognise a gap by the words "mutation gap" in the error.
-        message = f"mutation gap: {exc.message}"
-        return error_response(exc.status, exc.code, message, lmid=exc.lmid)
-    if isinstance(exc, Unavailable):
-        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
-        return error_response(exc.status, exc.code, exc.message, headers, retryable=True)
-    if isinstance(exc, RindleError):
-        details = {
-            k: v for k, v in exc.details.items() if k not in ("code", "message") and v is not None
-        }
-        return error_response(exc.status, exc.code, exc.message, retryable=exc.retryable, **details)
     if isinstance(exc, QueryError):
         # The named query's own definition is wrong: a server bug, not the caller's.
         logger.error("rindle api: a named query built an unusable query: %s", exc)
-        return error_response(500, exc.code, str(exc))
+    if isinstance(exc, RindleError):
+        return to_response(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -59,11 +30,11 @@ def exception_handler(exc, context):
 
 def _code(exc):
     if isinstance(exc, exceptions.ValidationError):
-        return "invalid_request"
+        return INVALID_REQUEST
     if isinstance(exc, exceptions.APIException):
         codes = exc.get_codes()
         return codes if isinstance(codes, str) else exc.default_code
-    return "error"
+    return ERROR
 
 
 def _message(data):

@@ -15,8 +15,9 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from ..engine import get_engine
-from ..engine.errors import InvalidInput, RindleError
+from ..engine.errors import InvalidInput
 from ..engine.sources import SourceHashMismatch
+from ..exceptions import INVALID_REQUEST, UNSUPPORTED, NotFound
 from .permissions import TokenWithScope
 from .serializers import ErrorResponse, StrictCharField, StrictIntegerField
 from .views import RindleView
@@ -110,10 +111,10 @@ class StrictBodyView(MachineView):
     def validated(self, serializer_class):
         data = self.request.data
         if not isinstance(data, dict):
-            raise InvalidInput("the body must be a JSON object", code="invalid_request")
+            raise InvalidInput("the body must be a JSON object", code=INVALID_REQUEST)
         unknown = sorted(set(data) - set(serializer_class().fields) - set(self.body_fields))
         if unknown:
-            code = "unsupported" if set(unknown) & set(ROOM_FIELDS) else "invalid_request"
+            code = UNSUPPORTED if set(unknown) & set(ROOM_FIELDS) else INVALID_REQUEST
             raise InvalidInput(f"unknown field(s) {unknown}", code=code)
         return super().validated(serializer_class)
 
@@ -253,8 +254,3 @@ class SourceRunIdView(StrictBodyView):
             source, data["offset"], data["previous"], data["next"]
         )
         return Response(cp.as_dict())
-
-
-class NotFound(RindleError):
-    code = "not_found"
-    status = 404

@@ -6,6 +6,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 
 from ..engine import RindleError, Unavailable, get_engine, journal
+from ..exceptions import INSUFFICIENT_SCOPE, NOT_SUPERUSER
 from ..models import RindleToken
 from .serializers import ErrorResponse
 from .views import RindleView
@@ -20,14 +21,14 @@ class MayMigrate(BasePermission):
     """
 
     message = "Migrations need a token with the migrate scope or a superuser session."
-    code = "insufficient_scope"
+    code = INSUFFICIENT_SCOPE
 
     def has_permission(self, request, view):
         if isinstance(request.auth, RindleToken):
             return request.auth.has_scope("migrate")
         user = request.user
         if user is not None and user.is_authenticated and not user.is_superuser:
-            self.code = "not_superuser"
+            self.code = NOT_SUPERUSER
         return bool(user is not None and user.is_authenticated and user.is_superuser)
 
 

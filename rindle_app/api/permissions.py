@@ -2,6 +2,7 @@
 
 from rest_framework.permissions import BasePermission
 
+from ..exceptions import INSUFFICIENT_SCOPE
 from ..models import RindleToken
 from ..tokens import SCOPES
 
@@ -14,7 +15,7 @@ class TokenHasScope(BasePermission):
     """
 
     message = "This token lacks the scope this route needs."
-    code = "insufficient_scope"
+    code = INSUFFICIENT_SCOPE
 
     def has_permission(self, request, view):
         token = request.auth

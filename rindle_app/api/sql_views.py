@@ -24,8 +24,9 @@ from ..engine.public_sql import (
     run_once,
     transactions,
 )
+from ..exceptions import SQL_DISABLED, to_response
 from ..models import RindleToken
-from .errors import error_response, exception_handler
+from .errors import exception_handler
 from .permissions import TokenHasScope
 from .views import RindleView
 
@@ -166,9 +167,7 @@ def sql_exception_handler(exc, context):
     if isinstance(exc, exceptions.ParseError):
         exc = protocol_error(f"the body is not valid JSON: {exc.detail}")
     if isinstance(exc, SqlError):
-        return error_response(
-            exc.status, exc.code, exc.message, retryable=exc.retryable, **exc.details
-        )
+        return to_response(exc)
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -204,7 +203,7 @@ class SqlView(RindleView):
 
     def initial(self, request, *args, **kwargs):
         if not rindle_settings.SQL_ENABLED:
-            raise SqlError("public SQL is not enabled here", code="SQL_DISABLED", status=404)
+            raise SqlError("public SQL is not enabled here", code=SQL_DISABLED, status=404)
         super().initial(request, *args, **kwargs)
 
     def principal(self):

@@ -28,6 +28,7 @@ from ..conf import rindle_settings
 from ..engine import InvalidInput, RindleError, Unavailable, get_engine
 from ..engine.mutations import principal_key, validate_envelope
 from ..engine.writer import is_infrastructure_error
+from ..exceptions import UNKNOWN_QUERY, UNSUPPORTED
 from ..flow import quota
 from ..ivm.ast import QueryError, parse, query_key
 from ..stream.reader import read_query
@@ -63,12 +64,6 @@ class FlowMeteredMixin:
         super().initial(request, *args, **kwargs)
         self._flow_meter = request_meter(request)
         self._flow_meter.check()
-
-    def handle_exception(self, exc):
-        response = super().handle_exception(exc)
-        if isinstance(exc, quota.QuotaExceeded) and response is not None:
-            response["Retry-After"] = str(-(-exc.retry_after_ms // 1000))
-        return response
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
@@ -195,7 +190,7 @@ def resolve(name, args, user, client_id=None):
     """(engine, parsed query) of named query ``name`` for ``user``."""
     if name.startswith(SYSTEM_PREFIX):
         # System queries are subscribed over the websocket after init, never leased.
-        raise named.QueryRefused(f"unknown query {name!r}", "unknown_query")
+        raise named.QueryRefused(f"unknown query {name!r}", UNKNOWN_QUERY)
     engine = get_engine()
     ast = named.resolve(name, args, user, client_id=client_id)
     return engine, parse(ast, engine.tables)
@@ -240,7 +235,7 @@ class ReadView(RindleView):
         data = self.validated(s.ReadRequest)
         engine, query = resolve(data["name"], data["args"], request.user)
         if query.aggregate is not None:
-            raise QueryError("a root aggregate has no rows to read", code="unsupported")
+            raise QueryError("a root aggregate has no rows to read", code=UNSUPPORTED)
         try:
             cv, view = read_query(engine.using, query, engine.tables)
         except DatabaseError as exc:

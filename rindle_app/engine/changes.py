@@ -23,18 +23,23 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError
 
-from .errors import InvalidInput, RindleError
+from ..exceptions import (
+    INVALID_CHANGE,
+    INVALID_CHANGES,
+    INVALID_OP,
+    INVALID_ROW,
+    INVALID_VALUE,
+    NO_KEY,
+    TOO_MANY_CHANGES,
+    UNKNOWN_COLUMN,
+    UNKNOWN_TABLE,
+    RowConflict,
+)
+from .errors import InvalidInput
 from .identifiers import quote
 from .tables import HIDDEN_PREFIXES
 
 OPS = ("add", "edit", "remove")
-
-
-class RowConflict(RindleError):
-    """An ``add`` met an existing row (or another constraint refused the batch)."""
-
-    code = "row_conflict"
-    status = 409
 
 
 @dataclass(frozen=True)
@@ -62,10 +67,10 @@ def parse_changes(tables, changes, *, limit, extra_tables=()):
     ``Change`` objects or raise ``InvalidInput`` naming the first bad change.
     """
     if not isinstance(changes, list):
-        raise InvalidInput("changes must be a list", code="invalid_changes")
+        raise InvalidInput("changes must be a list", code=INVALID_CHANGES)
     if len(changes) > limit:
         raise InvalidInput(
-            f"a batch holds at most {limit} changes, not {len(changes)}", code="too_many_changes"
+            f"a batch holds at most {limit} changes, not {len(changes)}", code=TOO_MANY_CHANGES
         )
     resolved = {}  # table name -> Table, for the tables this batch may write
     return [_parse_one(tables, c, i, extra_tables, resolved) for i, c in enumerate(changes)]
@@ -73,57 +78,57 @@ def parse_changes(tables, changes, *, limit, extra_tables=()):
 
 def _parse_one(tables, change, i, extra_tables, resolved):
     if not isinstance(change, dict):
-        raise InvalidInput(f"changes[{i}] must be an object", code="invalid_change")
+        raise InvalidInput(f"changes[{i}] must be an object", code=INVALID_CHANGE)
     if not _FIELDS.issuperset(change):
         unknown = sorted(set(change) - _FIELDS)
-        raise InvalidInput(f"changes[{i}] has unknown fields {unknown}", code="invalid_change")
+        raise InvalidInput(f"changes[{i}] has unknown fields {unknown}", code=INVALID_CHANGE)
     name, op = change.get("table"), change.get("op")
     table = resolved.get(name) if isinstance(name, str) else None
     if table is None:
         if not isinstance(name, str) or not writable(tables, name, extra_tables):
             raise InvalidInput(
-                f"changes[{i}]: table {name!r} is not a writable table", code="unknown_table"
+                f"changes[{i}]: table {name!r} is not a writable table", code=UNKNOWN_TABLE
             )
         table = resolved[name] = tables.get(name)
     if op not in OPS:
-        raise InvalidInput(f"changes[{i}]: op must be one of {OPS}, not {op!r}", code="invalid_op")
+        raise InvalidInput(f"changes[{i}]: op must be one of {OPS}, not {op!r}", code=INVALID_OP)
     row, old = change.get("row"), change.get("old")
     if op != "remove":
         _check_row(table, row, i, "row", full_key=op == "add")
     elif row is not None:
-        raise InvalidInput(f"changes[{i}]: a remove carries no row", code="invalid_change")
+        raise InvalidInput(f"changes[{i}]: a remove carries no row", code=INVALID_CHANGE)
     if op != "add":
         _check_row(table, old, i, "old", full_key=True)
     elif old is not None:
-        raise InvalidInput(f"changes[{i}]: an add carries no old image", code="invalid_change")
+        raise InvalidInput(f"changes[{i}]: an add carries no old image", code=INVALID_CHANGE)
     return Change(name, op, row, old)
 
 
 def _check_row(table, row, i, field, *, full_key):
     if not isinstance(row, dict) or not row:
-        raise InvalidInput(f"changes[{i}].{field} must be a non-empty object", code="invalid_row")
+        raise InvalidInput(f"changes[{i}].{field} must be a non-empty object", code=INVALID_ROW)
     if not table.column_names.issuperset(row):
         unknown = [c for c in row if c not in table.column_names]
         raise InvalidInput(
             f"changes[{i}].{field}: unknown column(s) {unknown} in table {table.name!r}",
-            code="unknown_column",
+            code=UNKNOWN_COLUMN,
         )
     if full_key:
         for k in table.primary_key:
             if row.get(k) is None:
                 raise InvalidInput(
-                    f"changes[{i}].{field}: primary key column {k!r} missing", code="no_key"
+                    f"changes[{i}].{field}: primary key column {k!r} missing", code=NO_KEY
                 )
     for name, value in row.items():
         if isinstance(value, _CONTAINERS):
             if name not in table.json_columns:
                 raise InvalidInput(
                     f"changes[{i}].{field}.{name}: an object or list fits only a JSON column",
-                    code="invalid_value",
+                    code=INVALID_VALUE,
                 )
         elif value != value:  # NaN
             raise InvalidInput(
-                f"changes[{i}].{field}.{name}: NaN is not a value", code="invalid_value"
+                f"changes[{i}].{field}.{name}: NaN is not a value", code=INVALID_VALUE
             )
 
 

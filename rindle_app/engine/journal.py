@@ -58,8 +58,25 @@ from pathlib import Path
 
 from django.db import DatabaseError
 
+from ..exceptions import (
+    BLOB_REFUSED,
+    EMPTY_MIGRATION,
+    ID_TAKEN,
+    INVALID_MIGRATION_ID,
+    INVALID_STATEMENTS,
+    KIND_MISMATCH,
+    MIXED_MIGRATION,
+    OVERRIDE_MISMATCH,
+    REFERENCED_TABLE,
+    RESERVED_TABLE,
+    TOO_MANY_ROW_CHANGES,
+    TYPE_CHANGE_REFUSED,
+    MigrationConflict,
+    MigrationTooLarge,
+    StatementFailed,
+)
 from . import capture
-from .errors import InvalidInput, RindleError, UnknownTable
+from .errors import InvalidInput, UnknownTable
 from .identifiers import validate
 from .migration_sql import MigrationRefused, _refuse, classify, tokenize
 from .tables import HIDDEN_PREFIXES, introspect
@@ -78,29 +95,6 @@ JOURNAL_LOCK = 0x72696E646C6A
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _OVERRIDE = re.compile(r"^--\s*OVERRIDE_HASH\s*:\s*(\S*)\s*$")
-
-
-# --- errors -------------------------------------------------------------------------
-
-
-class MigrationConflict(RindleError):
-    """The id is journaled with other content (or another kind); nothing was written."""
-
-    code = "checksum_mismatch"
-    status = 409
-
-
-class MigrationTooLarge(MigrationRefused):
-    """The migration exceeds a per-migration limit; nothing was written."""
-
-    code = "migration_too_large"
-    status = 413
-
-
-class StatementFailed(MigrationRefused):
-    """A statement failed in the database; the whole migration was rolled back."""
-
-    code = "statement_failed"
 
 
 # --- parsing ------------------------------------------------------------------------
@@ -136,32 +130,32 @@ def parse(migration_id, statements, *, checksum=None, override_hash=None):
         raise MigrationRefused(
             f"invalid migration id {migration_id!r}: letters, digits, '_', '-' and '.', "
             f"starting with a letter or digit, at most {MAX_ID_LENGTH} characters",
-            code="invalid_migration_id",
+            code=INVALID_MIGRATION_ID,
         )
     checksum = _hex(checksum, "checksum", "invalid_checksum")
     override_hash = _hex(override_hash, "override hash", "invalid_override_hash")
     texts = [statements] if isinstance(statements, str) else statements
     if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
-        raise MigrationRefused("statements must be SQL text", code="invalid_statements")
+        raise MigrationRefused("statements must be SQL text", code=INVALID_STATEMENTS)
     size = sum(len(t.encode()) for t in texts)
     if size > MAX_BYTES:
         raise MigrationTooLarge(f"the migration's SQL is {size} bytes; the limit is {MAX_BYTES}")
     split = [s for text in texts for s in tokenize(text)]
     if not split:
-        raise MigrationRefused("the migration has no statements", code="empty_migration")
+        raise MigrationRefused("the migration has no statements", code=EMPTY_MIGRATION)
     steps = tuple(classify(i, text, tokens) for i, (text, tokens) in enumerate(split))
     kinds = {s.kind for s in steps}
     if len(kinds) > 1:
         first_dml = next(s.index for s in steps if s.kind == "dml")
         raise MigrationRefused(
             "a migration is pure DDL or pure DML: split it in two files",
-            code="mixed_migration",
+            code=MIXED_MIGRATION,
             statement=first_dml,
         )
     for s in steps:
         for name, _quoted in s.tables:
             if name.lower().startswith(HIDDEN_PREFIXES):
-                raise _refuse(s.index, f"table {name!r} is reserved", "reserved_table")
+                raise _refuse(s.index, f"table {name!r} is reserved", RESERVED_TABLE)
     normalized = ";\n".join(" ".join(t.text for t in tokens) for _text, tokens in split)
     content = hashlib.sha256(normalized.encode()).hexdigest()
     return Migration(migration_id, kinds.pop(), steps, content, checksum, override_hash, size)
@@ -185,7 +179,7 @@ def parse_file(path):
     try:
         text = data.decode()
     except UnicodeDecodeError as exc:
-        raise MigrationRefused(f"{path.name} is not UTF-8", code="invalid_statements") from exc
+        raise MigrationRefused(f"{path.name} is not UTF-8", code=INVALID_STATEMENTS) from exc
     override = None
     first, sep, rest = text.partition("\n")
     m = _OVERRIDE.match(first.rstrip("\r"))
@@ -278,12 +272,12 @@ def _replay(tx, migration, stored):
     report = stored["actions"]
     if not isinstance(report, dict) or report.get("journal") != "migration":
         raise MigrationConflict(
-            f"{migration.id!r} names a journal entry that is not a migration", code="id_taken"
+            f"{migration.id!r} names a journal entry that is not a migration", code=ID_TAKEN
         )
     if report.get("kind") != migration.kind:
         raise MigrationConflict(
             f"migration {migration.id!r} was applied as {report.get('kind')}, not {migration.kind}",
-            code="kind_mismatch",
+            code=KIND_MISMATCH,
         )
     if stored["content_checksum"] != migration.content_checksum:
         raise MigrationConflict(
@@ -303,7 +297,7 @@ def _replay(tx, migration, stored):
         if migration.override_hash != stored["checksum"]:
             raise MigrationConflict(
                 f"the override hash does not name the stored checksum of {migration.id!r}",
-                code="override_mismatch",
+                code=OVERRIDE_MISMATCH,
             )
         overridden = True
     if new is not None and new != stored["checksum"]:
@@ -392,7 +386,7 @@ def _apply_dml(engine, tx, migration, on_step):
     if changes > MAX_ROW_CHANGES:
         raise MigrationTooLarge(
             f"the migration made {changes} row changes; the limit is {MAX_ROW_CHANGES}",
-            code="too_many_row_changes",
+            code=TOO_MANY_ROW_CHANGES,
         )
     if size > MAX_BYTES:
         raise MigrationTooLarge(
@@ -442,7 +436,7 @@ def _resolve(index, ref, existing, vendor):
         else:
             name = next((e for e in existing if e.lower() == name.lower()), name)
     if name.lower().startswith(HIDDEN_PREFIXES):
-        raise _refuse(index, f"table {name!r} is reserved", "reserved_table")
+        raise _refuse(index, f"table {name!r} is reserved", RESERVED_TABLE)
     try:
         return validate(name, "table name")
     except InvalidInput as exc:
@@ -463,14 +457,14 @@ def _check_columns(before, table):
             if "blob" in declared or "bytea" in declared:
                 raise MigrationRefused(
                     f"column {table.name}.{c.name} is {c.declared}: binary columns are refused",
-                    code="blob_refused",
+                    code=BLOB_REFUSED,
                     table=table.name,
                 )
         elif old[c.name].declared.lower() != c.declared.lower():
             raise MigrationRefused(
                 f"column {table.name}.{c.name} changed type from {old[c.name].declared} "
                 f"to {c.declared}: type changes are refused",
-                code="type_change_refused",
+                code=TYPE_CHANGE_REFUSED,
                 table=table.name,
             )
 
@@ -485,7 +479,7 @@ def _refuse_references(tx, dropped, remaining):
             if row[2] in dropped:
                 raise MigrationRefused(
                     f"table {row[2]!r} is referenced by {other!r}: drop in dependency order",
-                    code="referenced_table",
+                    code=REFERENCED_TABLE,
                     table=row[2],
                 )
 
@@ -503,7 +497,7 @@ def _refuse_pg_references(tx, names):
         if others:
             raise MigrationRefused(
                 f"table {name!r} is referenced by {others}: drop in dependency order",
-                code="referenced_table",
+                code=REFERENCED_TABLE,
                 table=name,
             )
 

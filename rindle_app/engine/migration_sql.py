@@ -29,7 +29,18 @@ Classification, by the leading keywords (an allow-list; anything else is
 import re
 from dataclasses import dataclass
 
-from .errors import InvalidInput
+from ..exceptions import (
+    ATTACH_REFUSED,
+    CASCADE_REFUSED,
+    PRAGMA_REFUSED,
+    RENAME_REFUSED,
+    RESERVED_TABLE,
+    TRANSACTION_CONTROL_REFUSED,
+    TYPE_CHANGE_REFUSED,
+    UNSUPPORTED_STATEMENT,
+    UNSUPPORTED_SYNTAX,
+    MigrationRefused,
+)
 from .tables import HIDDEN_PREFIXES
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -38,15 +49,6 @@ _OPERATORS = ("->>", "<=", ">=", "<>", "!=", "||", "::", "->", "==", "<<", ">>")
 _TX_CONTROL = {"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "START", "ABORT"}
 _ALTER_COLUMN_OK = {("SET", "DEFAULT"), ("DROP", "DEFAULT"), ("SET", "NOT"), ("DROP", "NOT")}
 _CONSTRAINTS = {"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "CHECK", "EXCLUDE"}
-
-
-# --- errors -------------------------------------------------------------------------
-
-
-class MigrationRefused(InvalidInput):
-    """The migration breaks a journal rule; nothing was written."""
-
-    code = "migration_refused"
 
 
 # --- parsing ------------------------------------------------------------------------
@@ -88,7 +90,7 @@ def tokenize(sql):
     def close():
         nonlocal tokens, start
         if depth != 0:
-            raise MigrationRefused("unbalanced parentheses", code="unsupported_syntax")
+            raise MigrationRefused("unbalanced parentheses", code=UNSUPPORTED_SYNTAX)
         if tokens:
             statements.append((sql[start:end].strip(), tokens))
         tokens, start = [], None
@@ -110,7 +112,7 @@ def tokenize(sql):
         elif sql.startswith("/*", i):
             close_at = sql.find("*/", i + 2)
             if close_at < 0:
-                raise MigrationRefused("unterminated /* comment", code="unsupported_syntax")
+                raise MigrationRefused("unterminated /* comment", code=UNSUPPORTED_SYNTAX)
             i = close_at + 2
         elif ch == ";":
             close()
@@ -122,7 +124,7 @@ def tokenize(sql):
                 prev = tokens[-1] if tokens else None
                 if prev and prev.kind == "word" and prev.value == "E" and end == i:
                     raise MigrationRefused(
-                        "E'...' strings are not supported", code="unsupported_syntax"
+                        "E'...' strings are not supported", code=UNSUPPORTED_SYNTAX
                     )
                 add("string", text, text, i)
             else:
@@ -130,13 +132,13 @@ def tokenize(sql):
             i = j
         elif ch == "$":
             raise MigrationRefused(
-                "'$' (dollar quoting or a parameter) is not supported", code="unsupported_syntax"
+                "'$' (dollar quoting or a parameter) is not supported", code=UNSUPPORTED_SYNTAX
             )
         elif ch == "(" or ch == ")":
             if ch == ")":
                 depth -= 1
                 if depth < 0:
-                    raise MigrationRefused("unbalanced parentheses", code="unsupported_syntax")
+                    raise MigrationRefused("unbalanced parentheses", code=UNSUPPORTED_SYNTAX)
             add("op", ch, ch, i)
             if ch == "(":
                 depth += 1
@@ -164,7 +166,7 @@ def _quoted_end(sql, i, quote):
     while True:
         k = sql.find(quote, j)
         if k < 0:
-            raise MigrationRefused("unterminated quoted text", code="unsupported_syntax")
+            raise MigrationRefused("unterminated quoted text", code=UNSUPPORTED_SYNTAX)
         if sql.startswith(quote * 2, k):
             j = k + 2
             continue
@@ -200,12 +202,12 @@ class _Reader:
         """The next token as a table name: ``(name, quoted)``."""
         t = self.peek()
         if t is None or t.kind not in ("word", "ident"):
-            raise _refuse(self.index, "expected a table name", "unsupported_statement")
+            raise _refuse(self.index, "expected a table name", UNSUPPORTED_STATEMENT)
         self.pos += 1
         nxt = self.peek()
         if nxt is not None and nxt.kind == "op" and nxt.text == ".":
             raise _refuse(
-                self.index, "schema-qualified names are not supported", "unsupported_syntax"
+                self.index, "schema-qualified names are not supported", UNSUPPORTED_SYNTAX
             )
         return (t.value, True) if t.kind == "ident" else (t.text, False)
 
@@ -219,20 +221,20 @@ def classify(index, text, tokens):
     def step(kind, action, tables=(), destructive=False):
         return Step(index, text, kind, action, tuple(tables), destructive)
 
-    def refuse(message, code="unsupported_statement"):
+    def refuse(message, code=UNSUPPORTED_STATEMENT):
         return _refuse(index, message, code)
 
     if first in ("ATTACH", "DETACH"):
-        raise refuse("ATTACH and DETACH are refused", "attach_refused")
+        raise refuse("ATTACH and DETACH are refused", ATTACH_REFUSED)
     if first == "PRAGMA":
-        raise refuse("PRAGMA is refused", "pragma_refused")
+        raise refuse("PRAGMA is refused", PRAGMA_REFUSED)
     if first in _TX_CONTROL:
         raise refuse(
             "transaction control is refused: a migration is one transaction already",
-            "transaction_control_refused",
+            TRANSACTION_CONTROL_REFUSED,
         )
     if first == "ALTER" and "RENAME" in top:
-        raise refuse("RENAME is refused: add the new name and migrate the data", "rename_refused")
+        raise refuse("RENAME is refused: add the new name and migrate the data", RENAME_REFUSED)
     if first == "CREATE":
         r.pos = 1
         if r.word() in ("TEMP", "TEMPORARY"):
@@ -256,13 +258,13 @@ def classify(index, text, tokens):
             view, _quoted = r.name()
             if view.lower().startswith(HIDDEN_PREFIXES):
                 # Reserved like tables: nothing a user creates may pass for rindle's own.
-                raise refuse(f"view {view!r} is reserved", "reserved_table")
+                raise refuse(f"view {view!r} is reserved", RESERVED_TABLE)
             return step("ddl", "create_view")
         raise refuse(f"CREATE {r.word() or ''} is not a supported migration statement".strip())
     if first == "DROP":
         r.pos = 1
         if "CASCADE" in top:
-            raise refuse("DROP ... CASCADE is refused: drop in dependency order", "cascade_refused")
+            raise refuse("DROP ... CASCADE is refused: drop in dependency order", CASCADE_REFUSED)
         if r.take("TABLE"):
             r.take("IF", "EXISTS")
             names = [r.name()]
@@ -345,14 +347,14 @@ def _alter_action(index, tokens):
     if r.take("ALTER"):
         r.take("COLUMN")
         if r.peek() is None:
-            raise _refuse(index, "ALTER COLUMN without a column", "unsupported_statement")
+            raise _refuse(index, "ALTER COLUMN without a column", UNSUPPORTED_STATEMENT)
         r.pos += 1
         if r.word() == "TYPE" or (r.word() == "SET" and r.word(1) == "DATA"):
-            raise _refuse(index, "a column type change is refused", "type_change_refused")
+            raise _refuse(index, "a column type change is refused", TYPE_CHANGE_REFUSED)
         if (r.word(), r.word(1)) in _ALTER_COLUMN_OK:
             return "alter_column", False
     first = tokens[0].text if tokens else ""
-    raise _refuse(index, f"ALTER TABLE ... {first} is not supported", "unsupported_statement")
+    raise _refuse(index, f"ALTER TABLE ... {first} is not supported", UNSUPPORTED_STATEMENT)
 
 
 def _dml_targets(index, tokens):
@@ -363,14 +365,14 @@ def _dml_targets(index, tokens):
         r.pos += 1
         if w == "REPLACE" and r.pos == 1:
             message = "REPLACE deletes without capture: use INSERT ... ON CONFLICT"
-            raise _refuse(index, message, "unsupported_statement")
+            raise _refuse(index, message, UNSUPPORTED_STATEMENT)
         if w in ("INSERT", "UPDATE") and r.word() == "OR":
             mode = r.word(1)
             if mode in ("REPLACE", "ROLLBACK"):
                 raise _refuse(
                     index,
                     f"OR {mode} is refused: use INSERT ... ON CONFLICT",
-                    "unsupported_statement",
+                    UNSUPPORTED_STATEMENT,
                 )
             r.pos += 2
         if w == "INSERT":

@@ -30,6 +30,21 @@ from django.db import DatabaseError, DataError, IntegrityError, connections
 
 from ..adapter import get_adapter
 from ..conf import rindle_settings
+from ..exceptions import (
+    ARGS_TOO_LARGE,
+    DATA_ERROR,
+    INTEGRITY_ERROR,
+    INVALID_ARGS,
+    INVALID_CLIENT_ID,
+    INVALID_MID,
+    INVALID_NAME,
+    MUTATOR_ERROR,
+    UNAUTHORIZED,
+    UNKNOWN_MUTATOR,
+    MutationRejected,
+    QueryError,
+    QueryRefused,
+)
 from . import capture
 from .errors import ClientIdTaken, InvalidInput, MutationGap, RindleError, Unavailable
 from .writer import is_infrastructure_error
@@ -42,15 +57,6 @@ OWNER_COLUMN = "owner"
 MAX_CLIENT_ID_LENGTH = 255
 # What ``_rindle_lock_lmid`` answers for a client id another principal owns.
 _TAKEN = -1
-
-
-class MutationRejected(Exception):
-    """Raise from a mutator to reject the mutation with a reason (a business rejection)."""
-
-    def __init__(self, reason, code="rejected"):
-        super().__init__(reason)
-        self.reason = reason
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,12 @@ class Mutator:
         if hasattr(spec, "is_valid") or _is_serializer_class(spec):
             serializer = spec(data=args)
             if not serializer.is_valid():
-                raise MutationRejected(json.dumps(serializer.errors, default=str), "invalid_args")
+                raise MutationRejected(json.dumps(serializer.errors, default=str), INVALID_ARGS)
             return serializer.validated_data
         try:
             return spec(args)
         except (ValueError, TypeError, DjangoValidationError) as exc:
-            raise MutationRejected(str(exc), "invalid_args") from exc
+            raise MutationRejected(str(exc), INVALID_ARGS) from exc
 
 
 def _is_serializer_class(spec):
@@ -156,31 +162,31 @@ def validate_envelope(client_id, mid, name, args):
     if not isinstance(client_id, str) or not client_id or len(client_id) > MAX_CLIENT_ID_LENGTH:
         raise InvalidInput(
             f"clientID must be a non-empty string of at most {MAX_CLIENT_ID_LENGTH} characters",
-            code="invalid_client_id",
+            code=INVALID_CLIENT_ID,
         )
     if isinstance(mid, bool) or not isinstance(mid, int) or mid < 1:
-        raise InvalidInput(f"mid must be a positive integer, got {mid!r}", code="invalid_mid")
+        raise InvalidInput(f"mid must be a positive integer, got {mid!r}", code=INVALID_MID)
     if not isinstance(name, str) or not name:
-        raise InvalidInput("name must be a non-empty string", code="invalid_name")
+        raise InvalidInput("name must be a non-empty string", code=INVALID_NAME)
     try:
         size = len(json.dumps(args, separators=(",", ":"), allow_nan=False).encode())
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"args are not JSON: {exc}", code="invalid_args") from None
+        raise InvalidInput(f"args are not JSON: {exc}", code=INVALID_ARGS) from None
     limit = int(rindle_settings.MAX_ARGS_BYTES)
     if size > limit:
-        raise InvalidInput(f"args take {size} bytes; the limit is {limit}", code="args_too_large")
+        raise InvalidInput(f"args take {size} bytes; the limit is {limit}", code=ARGS_TOO_LARGE)
 
 
 def _plan(name, args, user):
     m = get_mutator(name)
     if m is None:
-        return _Plan(code="unknown_mutator", reason=f"no mutator is registered as {name!r}")
+        return _Plan(code=UNKNOWN_MUTATOR, reason=f"no mutator is registered as {name!r}")
     try:
         allowed = get_adapter().authorize_mutation(user, name, args)
     except PermissionDenied as exc:
-        return _Plan(code="unauthorized", reason=str(exc) or "not authorized")
+        return _Plan(code=UNAUTHORIZED, reason=str(exc) or "not authorized")
     if allowed is False:
-        return _Plan(code="unauthorized", reason=f"not authorized to run {name!r}")
+        return _Plan(code=UNAUTHORIZED, reason=f"not authorized to run {name!r}")
     try:
         return _Plan(mutator=m, args=m.validate(args))
     except MutationRejected as exc:
@@ -192,19 +198,19 @@ def classify(exc):
     if isinstance(exc, MutationRejected):
         return exc.code, exc.reason
     if isinstance(exc, PermissionDenied):
-        return "unauthorized", str(exc) or "not authorized"
-    if isinstance(exc, RindleError):
-        return exc.code, exc.message
+        return UNAUTHORIZED, str(exc) or "not authorized"
+    if isinstance(exc, RindleError) and not isinstance(exc, (QueryError, QueryRefused)):
+        return exc.code, exc.message  # (a query a mutator built wrong is its bug, below)
     if isinstance(exc, IntegrityError):
-        return "integrity_error", str(exc)
+        return INTEGRITY_ERROR, str(exc)
     if isinstance(exc, DataError):
-        return "data_error", str(exc)
+        return DATA_ERROR, str(exc)
     if isinstance(exc, DjangoValidationError):
-        return "invalid_args", "; ".join(exc.messages)
+        return INVALID_ARGS, "; ".join(exc.messages)
     # Not a business rule: a bug in the mutator. The client gets a rejection; the
     # operator gets the traceback.
     logger.error("rindle: a mutator raised %s", type(exc).__name__, exc_info=exc)
-    return "mutator_error", f"{type(exc).__name__}: {exc}"
+    return MUTATOR_ERROR, f"{type(exc).__name__}: {exc}"
 
 
 # On Postgres, engines of several processes may share the ledger: the read takes a

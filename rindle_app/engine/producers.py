@@ -20,39 +20,18 @@ producer it does not own. The census of distinct producers is noted after commit
 from dataclasses import dataclass
 
 from ..conf import rindle_settings
+from ..exceptions import (
+    INVALID_PRODUCER,
+    INVALID_SEQ,
+    ProducerConflict,
+    ProducerGap,
+    ProducerNotOwned,
+)
 from .census import PRODUCER_OFFSETS
 from .changes import apply_changes, digest, parse_changes
-from .errors import InvalidInput, RindleError
+from .errors import InvalidInput
 
 MAX_PRODUCER_LENGTH = 255
-
-
-class ProducerGap(RindleError):
-    """``seq`` skipped past ``stored + 1``; nothing was written."""
-
-    code = "seq_gap"
-    status = 409
-
-    def __init__(self, producer, seq, stored):
-        super().__init__(
-            f"producer {producer!r} sent seq {seq} but the next expected is {stored + 1}",
-            stored=stored,
-        )
-        self.stored = stored
-
-
-class ProducerConflict(RindleError):
-    """A replay of the stored ``seq`` carried a different payload; nothing was written."""
-
-    code = "digest_conflict"
-    status = 409
-
-
-class ProducerNotOwned(RindleError):
-    """The producer id belongs to another principal."""
-
-    code = "producer_not_owned"
-    status = 403
 
 
 @dataclass(frozen=True)
@@ -69,7 +48,7 @@ def validate_producer(producer):
     if not isinstance(producer, str) or not producer or len(producer) > MAX_PRODUCER_LENGTH:
         raise InvalidInput(
             f"producer must be a non-empty string of at most {MAX_PRODUCER_LENGTH} characters",
-            code="invalid_producer",
+            code=INVALID_PRODUCER,
         )
 
 
@@ -124,7 +103,7 @@ def producer_write(engine, producer, seq, changes, owner=None):
     """
     validate_producer(producer)
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        raise InvalidInput(f"seq must be a positive integer, got {seq!r}", code="invalid_seq")
+        raise InvalidInput(f"seq must be a positive integer, got {seq!r}", code=INVALID_SEQ)
     parsed = parse_changes(engine.tables, changes, limit=int(rindle_settings.MAX_BATCH_CHANGES))
     payload_digest = digest(changes)
     commit = engine.write(lambda tx: admit(tx, producer, seq, parsed, payload_digest, owner))

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from django.db import connections
 
 from ..conf import rindle_settings
+from ..exceptions import INVALID_CHUNK_SEQ, INVALID_HEAD, SourceFenced, SourceHashMismatch
 from .census import PRODUCER_OFFSETS
 from .changes import apply_changes, parse_changes
-from .errors import InvalidInput, RindleError, Unavailable
+from .errors import InvalidInput, Unavailable
 
 SOURCE_OFFSETS = "_rindle_source_offsets"
 WHOLE_RUN = -1
@@ -40,20 +41,6 @@ MAX_TEXT = 255
 MAX_HEAD_BYTES = 4096
 # Replicated bookkeeping a replicator follower may carry from its master.
 REPLICATED = ("_rindle_client_mutations", PRODUCER_OFFSETS)
-
-
-class SourceFenced(RindleError):
-    """The batch's run id is not the stored one; nothing was written."""
-
-    code = "fenced"
-    status = 409
-
-
-class SourceHashMismatch(RindleError):
-    """The stored position was replayed with different content; nothing was written."""
-
-    code = "hash_mismatch"
-    status = 409
 
 
 @dataclass(frozen=True)
@@ -105,12 +92,12 @@ def validate_position(source, offset, chunk_seq, run_id, batch_hash, head):
     _text(run_id, "run_id", optional=True)
     _text(batch_hash, "batch_hash", optional=True)
     if isinstance(chunk_seq, bool) or not isinstance(chunk_seq, int) or chunk_seq < WHOLE_RUN:
-        raise InvalidInput("chunk_seq must be an integer >= -1", code="invalid_chunk_seq")
+        raise InvalidInput("chunk_seq must be an integer >= -1", code=INVALID_CHUNK_SEQ)
     if head is not None:
         if not isinstance(head, dict):
-            raise InvalidInput("head must be an object", code="invalid_head")
+            raise InvalidInput("head must be an object", code=INVALID_HEAD)
         if len(json.dumps(head, default=str)) > MAX_HEAD_BYTES:
-            raise InvalidInput(f"head exceeds {MAX_HEAD_BYTES} bytes", code="invalid_head")
+            raise InvalidInput(f"head exceeds {MAX_HEAD_BYTES} bytes", code=INVALID_HEAD)
 
 
 def _read(tx, source):

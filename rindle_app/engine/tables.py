@@ -6,6 +6,7 @@ and declared foreign keys, read from the database itself.
 import threading
 from dataclasses import dataclass, field
 
+from ..exceptions import NO_PRIMARY_KEY
 from .errors import UnknownTable
 from .identifiers import quote, validate
 
@@ -170,7 +171,7 @@ def introspect(connection, cursor, name, *, model=None, private=()):
             ).items()
         ]
     if not pk:
-        raise UnknownTable(f"table {name!r} has no primary key", code="no_primary_key", table=name)
+        raise UnknownTable(f"table {name!r} has no primary key", code=NO_PRIMARY_KEY, table=name)
 
     overrides = {}
     if model is not None:

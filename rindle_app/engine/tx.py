@@ -3,6 +3,7 @@
 import itertools
 from contextlib import contextmanager
 
+from ..exceptions import INVALID_KEY, INVALID_ROW, UNKNOWN_COLUMN
 from .errors import InvalidInput
 from .identifiers import quote
 
@@ -165,7 +166,7 @@ class Tx:
         t = self._tables.get(table)
         self._check_columns(t, row)
         if not row:
-            raise InvalidInput(f"empty row for table {table!r}", code="invalid_row")
+            raise InvalidInput(f"empty row for table {table!r}", code=INVALID_ROW)
         cols = ", ".join(quote(c) for c in row)
         marks = ", ".join([self._ph] * len(row))
         return f"INSERT INTO {quote(table)} ({cols}) VALUES ({marks})", list(row.values())
@@ -173,17 +174,17 @@ class Tx:
     @staticmethod
     def _check_columns(t, values):
         if not isinstance(values, dict):
-            raise InvalidInput(f"row for {t.name!r} must be an object", code="invalid_row")
+            raise InvalidInput(f"row for {t.name!r} must be an object", code=INVALID_ROW)
         unknown = [c for c in values if c not in t.column_names]
         if unknown:
             raise InvalidInput(
-                f"unknown column(s) {unknown} in table {t.name!r}", code="unknown_column"
+                f"unknown column(s) {unknown} in table {t.name!r}", code=UNKNOWN_COLUMN
             )
 
     def _key(self, t, pk):
         if not isinstance(pk, dict) or set(pk) != set(t.primary_key):
             raise InvalidInput(
-                f"key for {t.name!r} must name exactly {list(t.primary_key)}", code="invalid_key"
+                f"key for {t.name!r} must name exactly {list(t.primary_key)}", code=INVALID_KEY
             )
         where = " AND ".join(f"{quote(c)} = {self._ph}" for c in t.primary_key)
         return where, [pk[c] for c in t.primary_key]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
+from ..exceptions import CALLER_HOLDS_WRITE_LOCK, NESTED_WRITE, TIMEOUT
 from . import capture
 from .errors import EngineClosed, InvalidInput, Overloaded, Unavailable
 from .tx import Tx
@@ -175,7 +176,7 @@ class Writer:
         """
         req = Request(fn, fallback, alone)
         if self._holder == threading.get_ident():
-            raise InvalidInput("a write request cannot start another write", code="nested_write")
+            raise InvalidInput("a write request cannot start another write", code=NESTED_WRITE)
         if self._closed or self._thread is None:
             raise EngineClosed("the rindle engine is not running")
         if self.vendor == "sqlite":
@@ -203,7 +204,7 @@ class Writer:
             raise InvalidInput(
                 "this thread holds SQLite's write lock in its own transaction.atomic(); "
                 "call the engine outside it (e.g. not under ATOMIC_REQUESTS)",
-                code="caller_holds_write_lock",
+                code=CALLER_HOLDS_WRITE_LOCK,
             )
 
     def submit(self, fn, fallback=None):
@@ -216,7 +217,7 @@ class Writer:
 
     def wait(self, req):
         if not req.wait(self._timeout):
-            raise Unavailable("the write did not complete in time; retry later", code="timeout")
+            raise Unavailable("the write did not complete in time; retry later", code=TIMEOUT)
         return self._result(req)
 
     def _enqueue(self, req):

@@ -32,6 +32,14 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from ..engine.errors import InvalidInput
+from ..exceptions import (
+    FLOW_INVALID_NAMESPACE,
+    FLOW_INVALID_NODE,
+    FLOW_INVALID_TIME,
+    FLOW_INVALID_TRANSFER,
+    FLOW_INVALID_WINDOW,
+    FLOW_UNKNOWN_REASON,
+)
 from . import sessions as sketches
 
 logger = logging.getLogger("rindle.flow")
@@ -99,14 +107,14 @@ class Transfer:
             if type(value) is not int or not 0 <= value <= MAX_TRANSFER_BYTES:
                 raise InvalidInput(
                     f"Transfer.{name} must be an integer in 0..{MAX_TRANSFER_BYTES}, not {value!r}",
-                    code="flow_invalid_transfer",
+                    code=FLOW_INVALID_TRANSFER,
                     field=name,
                 )
         for bulk, wire in (("bulk_bytes_in", "bytes_in"), ("bulk_bytes_out", "bytes_out")):
             if getattr(self, bulk) > getattr(self, wire):
                 raise InvalidInput(
                     f"Transfer.{bulk} is part of {wire} and cannot exceed it",
-                    code="flow_invalid_transfer",
+                    code=FLOW_INVALID_TRANSFER,
                     field=bulk,
                 )
         session = self.session
@@ -116,7 +124,7 @@ class Transfer:
             raise InvalidInput(
                 f"Transfer.session must be a non-empty string of at most "
                 f"{MAX_SESSION_LENGTH} characters, or None",
-                code="flow_invalid_transfer",
+                code=FLOW_INVALID_TRANSFER,
                 field="session",
             )
 
@@ -243,14 +251,14 @@ def check_namespace(namespace):
         raise InvalidInput(
             f"a namespace must be a non-empty printable string of at most "
             f"{MAX_NAMESPACE_LENGTH} characters, not {namespace!r:.80}",
-            code="flow_invalid_namespace",
+            code=FLOW_INVALID_NAMESPACE,
         )
     try:
         namespace.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInput(
             "a namespace must be valid Unicode text (no lone surrogates)",
-            code="flow_invalid_namespace",
+            code=FLOW_INVALID_NAMESPACE,
         ) from None
     return namespace
 
@@ -260,7 +268,7 @@ def check_time(unix_ms, name="at"):
     if type(unix_ms) is not int or not 0 <= unix_ms < 2**53:
         raise InvalidInput(
             f"{name} must be a Unix time in integer milliseconds, not {unix_ms!r:.80}",
-            code="flow_invalid_time",
+            code=FLOW_INVALID_TIME,
         )
     return unix_ms
 
@@ -269,7 +277,7 @@ def _check_days(days, name="days"):
     if type(days) is not int or days < 0:
         raise InvalidInput(
             f"{name} must be a non-negative integer, not {days!r:.80}",
-            code="flow_invalid_window",
+            code=FLOW_INVALID_WINDOW,
         )
     return days
 
@@ -391,12 +399,10 @@ class FlowLedger:
         if type(retention_days) is not int or retention_days < 1:
             raise InvalidInput(
                 f"the flow retention must be a positive number of days, not {retention_days!r}",
-                code="flow_invalid_window",
+                code=FLOW_INVALID_WINDOW,
             )
         if node is not None and (type(node) is not str or not 0 < len(node) <= 200):
-            raise InvalidInput(
-                "a flow node id must be a non-empty string", code="flow_invalid_node"
-            )
+            raise InvalidInput("a flow node id must be a non-empty string", code=FLOW_INVALID_NODE)
         self._store = store
         self.node = node or default_node_id()
         self.retention_days = retention_days
@@ -469,7 +475,7 @@ class FlowLedger:
             check_time(at)
             raise InvalidInput(
                 f"a transfer must be a Transfer, not {type(transfer).__name__}",
-                code="flow_invalid_transfer",
+                code=FLOW_INVALID_TRANSFER,
             )
         day = at // DAY_MS
         with slot.lock:
@@ -506,7 +512,7 @@ class FlowLedger:
             check_time(at)
             raise InvalidInput(
                 f"unknown refusal reason {reason!r:.80}; one of {', '.join(REASONS)}",
-                code="flow_unknown_reason",
+                code=FLOW_UNKNOWN_REASON,
             )
         day = at // DAY_MS
         with slot.lock:
@@ -734,7 +740,7 @@ class FlowLedger:
         if type(silent_after_days) is not int or silent_after_days < 1:
             raise InvalidInput(
                 f"silent_after_days must be a positive integer, not {silent_after_days!r:.80}",
-                code="flow_invalid_window",
+                code=FLOW_INVALID_WINDOW,
             )
         floor = day - self.retention_days + 1
         stored_today, last_seen = self._store.fleet_rows(day, floor)

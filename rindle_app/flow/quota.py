@@ -30,23 +30,23 @@ import threading
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from ..engine.errors import InvalidInput, RindleError
+from ..engine.errors import InvalidInput
+from ..exceptions import (
+    CLIENT_ID_TAKEN,
+    FENCED,
+    FRAME_TOO_LARGE,
+    LEASE_EXPIRED,
+    QUOTA_EXCEEDED,
+    RATE_LIMITED,
+    THROTTLED,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    QuotaExceeded,
+)
 from . import now_ms
 from .ledger import DAY_MS, Refusal, Transfer, check_namespace
 
 logger = logging.getLogger("rindle.flow")
-
-
-class QuotaExceeded(RindleError):
-    """The namespace moved its quota of bytes within the window; nothing was done."""
-
-    code = "quota_exceeded"
-    status = 429
-    retryable = True
-
-    @property
-    def retry_after_ms(self):
-        return self.details.get("retry_after_ms", 0)
 
 
 class _Usage:
@@ -280,15 +280,15 @@ class Meter:
 
 # Refusal reasons of the transports' error codes and HTTP statuses.
 _BY_CODE = {
-    "quota_exceeded": Refusal.QUOTA,
-    "rate_limited": Refusal.RATE_LIMIT,
-    "throttled": Refusal.RATE_LIMIT,
-    "fenced": Refusal.FENCED,
-    "frame_too_large": Refusal.TOO_LARGE,
-    "unauthorized": Refusal.PERMISSION,
-    "client_id_taken": Refusal.PERMISSION,
-    "lease_expired": Refusal.PERMISSION,
-    "unavailable": Refusal.UNAVAILABLE,
+    QUOTA_EXCEEDED: Refusal.QUOTA,
+    RATE_LIMITED: Refusal.RATE_LIMIT,
+    THROTTLED: Refusal.RATE_LIMIT,
+    FENCED: Refusal.FENCED,
+    FRAME_TOO_LARGE: Refusal.TOO_LARGE,
+    UNAUTHORIZED: Refusal.PERMISSION,
+    CLIENT_ID_TAKEN: Refusal.PERMISSION,
+    LEASE_EXPIRED: Refusal.PERMISSION,
+    UNAVAILABLE: Refusal.UNAVAILABLE,
 }
 _BY_STATUS = {
     403: Refusal.PERMISSION,

@@ -30,6 +30,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..engine.errors import Unavailable
 from ..engine.writer import is_infrastructure_error
+from ..exceptions import FLOW_STORE_UNAVAILABLE
 from .ledger import REASONS, Row
 
 DAYS = "_rindle_flow_days"
@@ -244,7 +245,7 @@ def _cursor(using, atomic):
     except DatabaseError as exc:
         if is_infrastructure_error(exc):
             raise Unavailable(
-                f"the flow store is unavailable: {exc}", code="flow_store_unavailable"
+                f"the flow store is unavailable: {exc}", code=FLOW_STORE_UNAVAILABLE
             ) from exc
         raise
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..exceptions import INVALID_QUERY, UNKNOWN_COLUMN, UNKNOWN_TABLE, UNSUPPORTED, QueryError
 from .compare import SIMPLE_OPS
 
 SYSTEMS = frozenset({"client", "permissions", "test"})
@@ -25,19 +26,6 @@ _QUERY_KEYS = frozenset(
     {"table", "alias", "schema", "select", "where", "related", "start", "limit", "one"}
     | {"orderBy", "aggregate", "aggregatePrecomputed", "groupBy", "having"}
 )
-
-
-class QueryError(ValueError):
-    """An AST the engine cannot build. ``code`` is machine-readable; ``path`` locates it."""
-
-    def __init__(self, message, *, code="invalid_query", path="$"):
-        super().__init__(f"{path}: {message}")
-        self.code = code
-        self.path = path
-        self.message = message
-
-    def as_dict(self):
-        return {"code": self.code, "message": str(self), "path": self.path}
 
 
 # --- the normalized AST ---------------------------------------------------------------
@@ -118,16 +106,16 @@ class _Parser:
 
     def table(self, name, path):
         if not isinstance(name, str):
-            raise QueryError("table must be a string", code="invalid_query", path=path)
+            raise QueryError("table must be a string", code=INVALID_QUERY, path=path)
         table = self.schema.get(name) if name in self.schema else None
         if table is None:
-            raise QueryError(f"unknown table {name!r}", code="unknown_table", path=path)
+            raise QueryError(f"unknown table {name!r}", code=UNKNOWN_TABLE, path=path)
         return table
 
     def column(self, table, name, path):
         if not isinstance(name, str) or name not in table.column_names:
             raise QueryError(
-                f"unknown column {name!r} of table {table.name!r}", code="unknown_column", path=path
+                f"unknown column {name!r} of table {table.name!r}", code=UNKNOWN_COLUMN, path=path
             )
         return name
 
@@ -139,9 +127,7 @@ class _Parser:
             raise QueryError(f"unknown field(s) {sorted(unknown)}", path=path)
         for unsupported in ("groupBy", "having"):
             if unsupported in ast:
-                raise QueryError(
-                    f"{unsupported} is not supported yet", code="unsupported", path=path
-                )
+                raise QueryError(f"{unsupported} is not supported yet", code=UNSUPPORTED, path=path)
         table = self.table(ast.get("table"), f"{path}.table")
         alias = ast.get("alias")
         if alias is not None and not isinstance(alias, str):
@@ -187,7 +173,7 @@ class _Parser:
             if shaped:
                 raise QueryError(
                     f"a root aggregate cannot be combined with {', '.join(shaped)}",
-                    code="unsupported",
+                    code=UNSUPPORTED,
                     path=path,
                 )
         if aggregate is not None and kind == "related":
@@ -195,7 +181,7 @@ class _Parser:
             if bad:
                 raise QueryError(
                     f"an aggregate relationship cannot carry {', '.join(bad)}",
-                    code="unsupported",
+                    code=UNSUPPORTED,
                     path=path,
                 )
         if kind == "exists":
@@ -203,7 +189,7 @@ class _Parser:
             if bad:
                 raise QueryError(
                     f"an EXISTS subquery cannot carry {', '.join(bad)}",
-                    code="unsupported",
+                    code=UNSUPPORTED,
                     path=path,
                 )
         return Query(
@@ -272,13 +258,13 @@ class _Parser:
                 if kind not in ("number", "int64"):
                     raise QueryError(
                         f"{fn} needs a number column; {column!r} is {kind}",
-                        code="unsupported",
+                        code=UNSUPPORTED,
                         path=f"{path}.{fn}",
                     )
                 return (fn, column)
         raise QueryError(
             'aggregate must be "count", {"sum": column} or {"avg": column}',
-            code="unsupported",
+            code=UNSUPPORTED,
             path=path,
         )
 
@@ -342,14 +328,12 @@ class _Parser:
         if kind == "simple":
             op = raw.get("op")
             if op not in SIMPLE_OPS:
-                raise QueryError(f"unknown operator {op!r}", code="unsupported", path=f"{path}.op")
+                raise QueryError(f"unknown operator {op!r}", code=UNSUPPORTED, path=f"{path}.op")
             left, right = raw.get("left"), raw.get("right")
             if not (isinstance(left, dict) and left.get("type") == "column"):
-                raise QueryError("left must be a column", code="unsupported", path=f"{path}.left")
+                raise QueryError("left must be a column", code=UNSUPPORTED, path=f"{path}.left")
             if not (isinstance(right, dict) and right.get("type") == "literal"):
-                raise QueryError(
-                    "right must be a literal", code="unsupported", path=f"{path}.right"
-                )
+                raise QueryError("right must be a literal", code=UNSUPPORTED, path=f"{path}.right")
             column = self.column(table, left.get("name"), f"{path}.left.name")
             value = self.literal(right.get("value"), f"{path}.right.value", array=op.endswith("IN"))
             if op.endswith("IN") and not isinstance(value, tuple):
@@ -361,12 +345,10 @@ class _Parser:
             op = raw.get("op")
             if op not in ("EXISTS", "NOT EXISTS"):
                 raise QueryError(
-                    "op must be EXISTS or NOT EXISTS", code="unsupported", path=f"{path}.op"
+                    "op must be EXISTS or NOT EXISTS", code=UNSUPPORTED, path=f"{path}.op"
                 )
             if raw.get("scalar"):
-                raise QueryError(
-                    "scalar subqueries are not supported", code="unsupported", path=path
-                )
+                raise QueryError("scalar subqueries are not supported", code=UNSUPPORTED, path=path)
             related = self.related(table, raw.get("related"), f"{path}.related", kind="exists")
             return Exists(op == "NOT EXISTS", related, bool(raw.get("flip", False)))
         raise QueryError(f"unknown condition type {kind!r}", path=f"{path}.type")

@@ -27,6 +27,7 @@ import copy
 import math
 from dataclasses import dataclass, replace
 
+from ..exceptions import UNSUPPORTED
 from .ast import QueryError, parse
 from .compare import SIMPLE_OPS
 
@@ -54,7 +55,7 @@ NEGATED_OPS = {
 def cond(column, op, value):
     """``column <op> literal``; IN / NOT IN take a list (or any iterable but a string)."""
     if op not in SIMPLE_OPS:
-        raise QueryError(f"unknown operator {op!r}", code="unsupported")
+        raise QueryError(f"unknown operator {op!r}", code=UNSUPPORTED)
     if op.endswith("IN"):
         if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
             raise QueryError(f"{op} needs a list of literals")

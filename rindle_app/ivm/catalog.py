@@ -20,6 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+from ..exceptions import UNSUPPORTED
 from .ast import QueryError, parse, query_key, subqueries, to_json
 from .evaluate import Evaluator
 from .store import MemoryStore, index_key
@@ -140,7 +141,7 @@ class Catalog:
         if query.aggregate is not None:
             raise QueryError(
                 "a root aggregate is answered by a one-shot read; it is not maintained live yet",
-                code="unsupported",
+                code=UNSUPPORTED,
             )
         key = query_key(query)
         shared = self.queries.get(key)

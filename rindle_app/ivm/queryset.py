@@ -61,6 +61,7 @@ from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.query import Query as SQLQuery
 from django.db.models.sql.where import ExtraWhere, NothingNode, WhereNode
 
+from ..exceptions import UNSUPPORTED
 from .ast import QueryError, parse
 from .builder import NEGATED_OPS, cond
 from .compare import matches
@@ -81,7 +82,7 @@ _PATTERNS = {
 
 
 def unsupported(message):
-    return QueryError(message, code="unsupported")
+    return QueryError(message, code=UNSUPPORTED)
 
 
 def from_queryset(qs, *, schema=None):

@@ -24,6 +24,7 @@ filtered, ordered or correlated on. Every literal is a bound parameter.
 import json
 import re
 
+from ..exceptions import UNKNOWN_COLUMN, UNKNOWN_TABLE, UNSUPPORTED
 from .ast import And, Exists, Or, Query, QueryError, Simple, parse
 
 _NULL, _BOOL, _NUMBER, _STRING = range(4)
@@ -162,14 +163,14 @@ class _Compiler:
         except (KeyError, LookupError, ValueError):
             table = None
         if table is None:
-            raise QueryError(f"unknown table {name!r}", code="unknown_table")
+            raise QueryError(f"unknown table {name!r}", code=UNKNOWN_TABLE)
         return table
 
     def column(self, table, name):
         for column in table.columns:
             if column.name == name:
                 return column
-        raise QueryError(f"unknown column {name!r} of table {table.name!r}", code="unknown_column")
+        raise QueryError(f"unknown column {name!r} of table {table.name!r}", code=UNKNOWN_COLUMN)
 
     def kind(self, table, name, what):
         """The comparator kind of a column; json columns have no SQL order here."""
@@ -177,7 +178,7 @@ class _Compiler:
         if column.type not in _KINDS:
             raise QueryError(
                 f"the SQL oracle cannot {what} {column.type} column {table.name}.{name}",
-                code="unsupported",
+                code=UNSUPPORTED,
             )
         return _KINDS[column.type]
 
@@ -280,7 +281,7 @@ class _Compiler:
         if column.type == "json":
             raise QueryError(
                 f"the SQL oracle cannot match json column {table.name}.{name}",
-                code="unsupported",
+                code=UNSUPPORTED,
             )
         if column.type != "string" and self.pg:
             return "FALSE"  # a non-text cell matches neither LIKE nor NOT LIKE
@@ -391,7 +392,7 @@ class _Compiler:
         if len(pairs) > _MAX_PAIRS[self.vendor]:
             raise QueryError(
                 f"the SQL oracle renders at most {_MAX_PAIRS[self.vendor]} fields per row",
-                code="unsupported",
+                code=UNSUPPORTED,
             )
         body = ", ".join(f"{k}, {v}" for k, v in pairs)
         return f"json_build_object({body})" if self.pg else f"json_object({body})"
@@ -450,7 +451,7 @@ class _Compiler:
             return f"(SELECT COUNT(*) {source})"
         fn, name = query.aggregate
         if self.kind(table, name, "aggregate") != _NUMBER:
-            raise QueryError(f"{fn} needs a number column", code="unsupported")
+            raise QueryError(f"{fn} needs a number column", code=UNSUPPORTED)
         ref = self.ref(alias, name)
         if self.pg:
             if fn == "sum":

@@ -42,6 +42,19 @@ from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine.errors import AnonymousMutationsDisabled, MutationGap, RindleError
 from ..engine.mutations import principal_key
+from ..exceptions import (
+    BAD_FRAME,
+    FRAME_ERROR,
+    FRAME_QUERY_ERROR,
+    FRAME_TOO_LARGE,
+    INTERNAL_ERROR,
+    INVALID_ARGS,
+    INVALID_QUERY,
+    RATE_LIMITED,
+    UNAUTHORIZED,
+    UNSUPPORTED,
+    to_frame,
+)
 from ..flow import quota
 from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, QueryRefused, resolve
@@ -158,9 +171,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
             self.meter.auth_failure()
             for query_id in sorted(self.conn.subs):
                 await self.send(
-                    text_data=wire.query_error(
-                        query_id, "credentials revoked", "unauthorized", False
-                    )
+                    text_data=wire.query_error(query_id, "credentials revoked", UNAUTHORIZED, False)
                 )
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
@@ -247,16 +258,16 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(
                 f"frame of {len(text_data)} characters exceeds the limit of "
                 f"{rindle_settings.WS_MAX_FRAME_BYTES}",
-                code="frame_too_large",
+                code=FRAME_TOO_LARGE,
             )
         if not self._admit():
-            return await self._error("too many frames; slow down", code="rate_limited")
+            return await self._error("too many frames; slow down", code=RATE_LIMITED)
         try:
             msg = strictjson.loads(text_data)
         except strictjson.BadJSON as exc:
-            return await self._error(str(exc), code="bad_frame")
+            return await self._error(str(exc), code=BAD_FRAME)
         if not isinstance(msg, dict):
-            return await self._error("a frame is a JSON object", code="bad_frame")
+            return await self._error("a frame is a JSON object", code=BAD_FRAME)
         kind = msg.get("t")
         handler = (
             {
@@ -270,12 +281,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
             else None
         )
         if handler is None:
-            return await self._error(f"unknown frame type {kind!r}", code="bad_frame")
+            return await self._error(f"unknown frame type {kind!r}", code=BAD_FRAME)
         try:
             await handler(msg)
         except Exception:  # a server bug: answered, logged, and the socket stays open
             logger.exception("rindle consumer: %s frame failed", kind)
-            await self._error(f"the server failed to handle this {kind} frame", "internal_error")
+            await self._error(f"the server failed to handle this {kind} frame", INTERNAL_ERROR)
 
     def _admit(self):
         now = time.monotonic()
@@ -292,16 +303,16 @@ class RindleConsumer(AsyncWebsocketConsumer):
         client_id = msg.get("clientID")
         if not isinstance(client_id, str) or not 0 < len(client_id) <= MAX_CLIENT_ID:
             return await self._error(
-                f"init needs a clientID string of 1..{MAX_CLIENT_ID} characters", code="bad_frame"
+                f"init needs a clientID string of 1..{MAX_CLIENT_ID} characters", code=BAD_FRAME
             )
         if self.client_id is not None and self.client_id != client_id:
             return await self._error(
-                "this connection already identified as another client", code="bad_frame"
+                "this connection already identified as another client", code=BAD_FRAME
             )
         try:  # an id another principal owns is refused; its lmid row stays unseen
             await database_sync_to_async(self.hub.engine.check_owner)(client_id, self._owner())
         except RindleError as exc:
-            return await self._error(exc.message, exc.code, retryable=exc.retryable)
+            return await self._answer(exc, kind=FRAME_ERROR, retryable=exc.retryable)
         self.client_id = client_id
         self.conn.client_id = client_id
 
@@ -315,39 +326,39 @@ class RindleConsumer(AsyncWebsocketConsumer):
         query_id = msg.get("queryId")
         if not _is_query_id(query_id):
             return await self._error(
-                f"queryId must be an integer in 0..{MAX_QUERY_ID}", code="bad_frame"
+                f"queryId must be an integer in 0..{MAX_QUERY_ID}", code=BAD_FRAME
             )
         if not self._may("read"):
             return await self._query_error(
-                query_id, "this token may not read (scope 'read')", "unauthorized"
+                query_id, "this token may not read (scope 'read')", UNAUTHORIZED
             )
         mode = msg.get("mode", "flat")
         if mode is None:
             mode = "flat"
         if mode not in MODES:
             return await self._error(
-                f"mode must be one of {', '.join(MODES)}", code="bad_frame", query_id=query_id
+                f"mode must be one of {', '.join(MODES)}", code=BAD_FRAME, query_id=query_id
             )
         if "leaseToken" in msg:
             token = msg.get("leaseToken")
             if not isinstance(token, str) or "name" in msg:
                 return await self._error(
                     "subscribe takes either a leaseToken string or name and args",
-                    code="bad_frame",
+                    code=BAD_FRAME,
                     query_id=query_id,
                 )
             if await self._over_quota(query_id):
                 return
             try:
                 name, args, user = await database_sync_to_async(self._lease)(token)
-            except _Refused as exc:
-                return await self._query_error(query_id, exc.message, exc.code)
+            except leases.LeaseError as exc:  # answered as not retryable, whatever the lease
+                return await self._answer(exc, query_id, kind=FRAME_QUERY_ERROR, retryable=False)
         else:
             name, args, user = msg.get("name"), msg.get("args"), self.user
             if not isinstance(name, str):
                 return await self._error(
                     "subscribe needs a query name (or a leaseToken)",
-                    code="bad_frame",
+                    code=BAD_FRAME,
                     query_id=query_id,
                 )
             if await self._over_quota(query_id):
@@ -355,14 +366,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
         try:
             await database_sync_to_async(self._attach)(query_id, name, args, user, mode)
         except QueryRefused as exc:
-            await self._query_error(query_id, exc.message, exc.code)
+            await self._answer(exc, query_id, kind=FRAME_QUERY_ERROR, retryable=False)
         except QueryError as exc:
-            await self._query_error(query_id, f"invalid query: {exc}", "invalid_query")
+            await self._query_error(query_id, f"invalid query: {exc}", INVALID_QUERY)
         except Exception:  # a named query's or a read rule's bug: never silence
             logger.exception("rindle consumer: subscribe to %r failed", name)
-            await self._query_error(
-                query_id, f"the server failed to run {name!r}", "internal_error"
-            )
+            await self._query_error(query_id, f"the server failed to run {name!r}", INTERNAL_ERROR)
 
     async def _over_quota(self, query_id=None, mid=None):
         """Refuse the frame if the socket's namespace is over quota (memory only)."""
@@ -370,17 +379,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
             self.meter.check(seed=False)
         except quota.QuotaExceeded as exc:
             if mid is None:
-                await self._query_error(
-                    query_id, exc.message, exc.code, True, retry_after_ms=exc.retry_after_ms
+                await self._answer(
+                    exc, query_id, kind=FRAME_QUERY_ERROR, retry_after_ms=exc.retry_after_ms
                 )
             else:
-                await self._error(
-                    exc.message,
-                    exc.code,
-                    mid=mid,
-                    retryable=True,
-                    retryAfterMs=exc.retry_after_ms,
-                )
+                retry = {"retryable": True, "retryAfterMs": exc.retry_after_ms}
+                await self._answer(exc, kind=FRAME_ERROR, mid=mid, **retry)
             return True
         return False
 
@@ -389,20 +393,17 @@ class RindleConsumer(AsyncWebsocketConsumer):
         A lease's query and the user it acts as: the socket's own principal, or for
         a socket without credentials the user of its first lease (see ``leases``).
         """
-        try:
-            if self.token is not None or getattr(self.user, "is_authenticated", False):
-                lease = leases.redeem(token, self.user, self.token)
-                return lease.name, lease.args, self.user
-            lease = leases.redeem_as_credential(token, self._lease_principal)
-            user = leases.lease_user(lease)
-        except leases.LeaseError as exc:
-            raise _Refused(exc.message, exc.code) from None
+        if self.token is not None or getattr(self.user, "is_authenticated", False):
+            lease = leases.redeem(token, self.user, self.token)
+            return lease.name, lease.args, self.user
+        lease = leases.redeem_as_credential(token, self._lease_principal)
+        user = leases.lease_user(lease)
         self._lease_principal = lease.user_id
         return lease.name, lease.args, user
 
     def _attach(self, query_id, name, args, user, mode):
         if name == LMID_QUERY_NAME and self.client_id is None:
-            raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", "invalid_args")
+            raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", INVALID_ARGS)
         limits.check_subscriptions(self.conn, query_id)  # before any work (the hub re-checks)
         ast = resolve(name, args, user, client_id=self.client_id, owner=self._owner())
         self.hub.subscribe(self.conn, query_id, ast, mode)
@@ -411,7 +412,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
         query_id = msg.get("queryId")
         if not _is_query_id(query_id):
             return await self._error(
-                f"queryId must be an integer in 0..{MAX_QUERY_ID}", code="bad_frame"
+                f"queryId must be an integer in 0..{MAX_QUERY_ID}", code=BAD_FRAME
             )
         await sync_to_async(self.hub.unsubscribe, thread_sensitive=False)(self.conn, query_id)
 
@@ -419,22 +420,22 @@ class RindleConsumer(AsyncWebsocketConsumer):
         envelope = msg.get("envelope")
         problem = _envelope_problem(envelope)
         if problem:
-            return await self._error(problem, code="bad_frame")
+            return await self._error(problem, code=BAD_FRAME)
         if self.client_id is None:
-            return await self._error("send init before pushMutation", code="bad_frame")
+            return await self._error("send init before pushMutation", code=BAD_FRAME)
         if not self._may("mutate"):
             return await self._error(
-                "this token may not mutate (scope 'mutate')", code="unauthorized"
+                "this token may not mutate (scope 'mutate')", code=UNAUTHORIZED
             )
         if envelope["clientID"] != self.client_id:
             return await self._error(
-                "the envelope's clientID is not this connection's", code="bad_frame"
+                "the envelope's clientID is not this connection's", code=BAD_FRAME
             )
         if not getattr(self.user, "is_authenticated", False):
             try:  # the adapter's hook may read the database
                 await database_sync_to_async(check_anonymous_mutation)(self.user)
             except AnonymousMutationsDisabled as exc:
-                return await self._error(exc.message, code=exc.code, mid=envelope["mid"])
+                return await self._answer(exc, kind=FRAME_ERROR, mid=envelope["mid"])
         if await self._over_quota(mid=envelope["mid"]):
             return
         engine = self.hub.engine
@@ -455,17 +456,16 @@ class RindleConsumer(AsyncWebsocketConsumer):
             )
         except MutationGap as exc:
             self._refuse(exc.code, exc.status)
-            outcome = (wire.error(str(exc), "mid_gap", mid=envelope["mid"], lmid=exc.lmid),)
+            outcome = (to_frame(exc, kind=FRAME_ERROR, mid=envelope["mid"], lmid=exc.lmid),)
         except RindleError as exc:
             self._refuse(exc.code, exc.status)
-            outcome = (
-                wire.error(str(exc), exc.code, mid=envelope["mid"], retryable=exc.retryable),
-            )
+            extra = {"mid": envelope["mid"], "retryable": exc.retryable}
+            outcome = (to_frame(exc, kind=FRAME_ERROR, **extra),)
         except Exception:  # a mutator's or an adapter's bug: answered, with the traceback logged
             logger.exception("rindle consumer: mutation %r failed", envelope["name"])
-            self._refuse("internal_error")
+            self._refuse(INTERNAL_ERROR)
             message = f"the server failed to run mutation {envelope['name']!r}"
-            outcome = (wire.error(message, "internal_error", mid=envelope["mid"], retryable=False),)
+            outcome = (wire.error(message, INTERNAL_ERROR, mid=envelope["mid"], retryable=False),)
         else:
             if result.status == "rejected":
                 reason = result.reason or result.code or "rejected"
@@ -477,18 +477,22 @@ class RindleConsumer(AsyncWebsocketConsumer):
     async def _raw_mutate(self, msg):
         await self._error(
             "raw mutate frames are not accepted; send pushMutation with a named mutator",
-            code="unsupported",
+            code=UNSUPPORTED,
         )
 
-    async def _error(self, message, code="bad_frame", query_id=None, **extra):
+    async def _error(self, message, code=BAD_FRAME, query_id=None, **extra):
         """Refuse the client frame being handled with an ``error`` frame."""
-        self._refuse(code)
-        await self.send(text_data=wire.error(message, code, query_id, **extra))
+        await self._answer(RindleError(message, code=code), query_id, kind=FRAME_ERROR, **extra)
 
-    async def _query_error(self, query_id, message, code, retryable=False, **extra):
+    async def _query_error(self, query_id, message, code, retryable=False):
         """Refuse a subscribe with a ``queryError`` frame."""
-        self._refuse(code)
-        await self.send(text_data=wire.query_error(query_id, message, code, retryable, **extra))
+        exc = RindleError(message, code=code)
+        await self._answer(exc, query_id, kind=FRAME_QUERY_ERROR, retryable=retryable)
+
+    async def _answer(self, exc, query_id=None, *, kind, **extra):
+        """Refuse the client frame being handled: ``exc`` as a frame (``to_frame``)."""
+        self._refuse(exc.code)
+        await self.send(text_data=to_frame(exc, query_id, kind=kind, **extra))
 
     def _refuse(self, code, status=None):
         self._refused = True
@@ -517,13 +521,6 @@ def _auth_failure():
         quota.meter(get_adapter().namespace(None, None)).auth_failure()
     finally:
         close_old_connections()
-
-
-class _Refused(Exception):
-    def __init__(self, message, code):
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 def _is_query_id(value):

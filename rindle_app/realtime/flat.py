@@ -24,6 +24,7 @@ travels as ``remove`` then ``add``, and a row whose cells change as ``edit``.
 import copy
 import json
 
+from ..exceptions import UNSUPPORTED
 from ..ivm.ast import QueryError
 from ..ivm.compare import COMPARATOR_VERSION, sort_key
 from ..ivm.evaluate import Evaluator
@@ -123,7 +124,7 @@ class FlatEncoder:
         if query.aggregate is not None:
             raise QueryError(
                 "a root aggregate has no flat form; subscribe to it in normalized mode",
-                code="unsupported",
+                code=UNSUPPORTED,
             )
         self.query = query
         self.schema = schema

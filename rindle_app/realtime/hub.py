@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections, connections
 
 from ..conf import rindle_settings
+from ..exceptions import BATCH_TOO_LARGE, FAULTED, SCHEMA_CHANGED, SHED
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
 from ..stream.notify import Listener
@@ -237,7 +238,7 @@ class Hub:
                 for qid, sub in sorted(conn.subs.items()):
                     if sub.key in affected:
                         frames.append(
-                            wire.query_error(qid, message, "schema_changed", True, retry_after_ms=0)
+                            wire.query_error(qid, message, SCHEMA_CHANGED, True, retry_after_ms=0)
                         )
                         del conn.subs[qid]
                         self._drop(sub)
@@ -380,7 +381,7 @@ class Hub:
                     if conn.subs.get(sub.query_id) is sub:
                         del conn.subs[sub.query_id]
                         frame = wire.query_error(
-                            sub.query_id, fault.message, "faulted", True, retry_after_ms=500
+                            sub.query_id, fault.message, FAULTED, True, retry_after_ms=500
                         )
                         per_conn.setdefault(conn, []).append(frame)
             for conn, frames in per_conn.items():
@@ -402,7 +403,7 @@ class Hub:
             fp, body, refusal = payload
             if refusal is not None:
                 too_large.append(sub)
-                frame = wire.query_error(sub.query_id, refusal, "batch_too_large", True, 0)
+                frame = wire.query_error(sub.query_id, refusal, BATCH_TOO_LARGE, True, 0)
                 per_conn.setdefault(sub.conn, []).append(frame)
                 continue
             sub.seq += 1
@@ -497,7 +498,7 @@ class Hub:
         ids, conn.shed_ids = conn.shed_ids, []
         retry = int(rindle_settings.WS_SHED_RETRY_MS)
         message = "the connection fell behind; re-subscribe"
-        return [wire.query_error(qid, message, "shed", True, retry_after_ms=retry) for qid in ids]
+        return [wire.query_error(qid, message, SHED, True, retry_after_ms=retry) for qid in ids]
 
 
 def _push_all(items):

@@ -23,17 +23,16 @@ import logging
 import threading
 
 from ..conf import rindle_settings
-from ..named import QueryRefused
+from ..exceptions import (
+    FOOTPRINT_TOO_LARGE,
+    RESULT_TOO_LARGE,
+    TOO_MANY_SUBSCRIPTIONS,
+    LimitExceeded,
+)
 
 logger = logging.getLogger("rindle.realtime")
 
 CLOSE_TOO_MANY_SOCKETS = 4429
-
-
-class LimitExceeded(QueryRefused):
-    """A subscribe refused by a per-socket limit (not retryable as it stands)."""
-
-    retryable = False
 
 
 def _cap(name):
@@ -48,7 +47,7 @@ def check_subscriptions(conn, query_id):
         raise LimitExceeded(
             f"this socket holds {len(conn.subs)} subscriptions; the limit is "
             f"WS_MAX_SUBSCRIPTIONS = {cap}",
-            "too_many_subscriptions",
+            TOO_MANY_SUBSCRIPTIONS,
         )
 
 
@@ -73,7 +72,7 @@ def check_footprint(catalog, conn, *, replacing=None):
         raise LimitExceeded(
             f"this socket's subscriptions would hold {rows} rows or more; the limit is "
             f"WS_MAX_FOOTPRINT_ROWS = {cap}",
-            "footprint_too_large",
+            FOOTPRINT_TOO_LARGE,
         )
 
 
@@ -90,7 +89,7 @@ def check_snapshot(frame, query_id):
             f"the snapshot of query {query_id} is {size} bytes; the limit is "
             f"WS_MAX_SEND_BYTES = {cap} (narrow the query, or raise the setting "
             "together with Daphne's --websocket-max-message-size)",
-            "result_too_large",
+            RESULT_TOO_LARGE,
         )
 
 

@@ -8,6 +8,7 @@ subscribers costs a string format each, not an encode.
 
 import json
 
+from ..exceptions import FRAME_ERROR, FRAME_QUERY_ERROR, RindleError, to_frame
 from ..ivm.compare import COMPARATOR_VERSION
 from ..ivm.normalized import normalized_fp, normalized_table_schemas
 
@@ -94,21 +95,13 @@ def progress(cv):
 
 
 def query_error(query_id, message, code, retryable=False, retry_after_ms=None):
-    frame = {
-        "t": "queryError",
-        "queryId": query_id,
-        "message": message,
-        "code": code,
-        "retryable": retryable,
-    }
-    if retry_after_ms is not None:
-        frame["retryAfterMs"] = retry_after_ms
-    return dumps(frame)
+    """A ``queryError`` frame of ``code`` (``rindle_app.exceptions.to_frame``)."""
+    exc = RindleError(message, code=code)
+    return to_frame(
+        exc, query_id, kind=FRAME_QUERY_ERROR, retryable=retryable, retry_after_ms=retry_after_ms
+    )
 
 
 def error(message, code, query_id=None, **extra):
-    frame = {"t": "error", "message": message, "code": code}
-    if query_id is not None:
-        frame["queryId"] = query_id
-    frame.update(extra)
-    return dumps(frame)
+    """An ``error`` frame of ``code`` (``rindle_app.exceptions.to_frame``)."""
+    return to_frame(RindleError(message, code=code), query_id, kind=FRAME_ERROR, **extra)

@@ -8,6 +8,15 @@ from dataclasses import dataclass, field
 
 from ...adapter import get_adapter
 from ...conf import rindle_settings
+from ...exceptions import (
+    SQL_DDL_FORBIDDEN,
+    SQL_FUNCTION_FORBIDDEN,
+    SQL_READ_FORBIDDEN,
+    SQL_READ_ONLY,
+    SQL_STATEMENT_TIMEOUT,
+    SQL_STATEMENT_UNSUPPORTED,
+    SQL_WRITE_FORBIDDEN,
+)
 from ..capture import OUTBOX
 from .statements import SqlError
 
@@ -46,12 +55,12 @@ class Principal:
 
 def _write_forbidden(table):
     return SqlError(
-        f"this caller may not write table {table!r}", code="WRITE_FORBIDDEN", status=403
+        f"this caller may not write table {table!r}", code=SQL_WRITE_FORBIDDEN, status=403
     )
 
 
 def _read_forbidden(table):
-    return SqlError(f"table {table!r} is not readable here", code="READ_FORBIDDEN", status=403)
+    return SqlError(f"table {table!r} is not readable here", code=SQL_READ_FORBIDDEN, status=403)
 
 
 # --- guards: which tables a statement touches --------------------------------------------
@@ -108,7 +117,7 @@ def statement_timeout(seconds):
     return SqlError(
         f"the statement ran past the {seconds:g} s budget (on the writer, shared by the "
         "request's statements) and was interrupted; nothing it did was kept",
-        code="STATEMENT_TIMEOUT",
+        code=SQL_STATEMENT_TIMEOUT,
         status=408,
     )
 
@@ -192,14 +201,16 @@ class SqliteGuard:
             if action == _SQLITE_INSERT and source is None:
                 self.inserted = True
             if not self.allow_writes:
-                return self._deny(SqlError("a read-only statement may not write", code="READ_ONLY"))
+                return self._deny(
+                    SqlError("a read-only statement may not write", code=SQL_READ_ONLY)
+                )
             return sqlite3.SQLITE_OK
         if action in _SQLITE_DDL:
-            return self._deny(SqlError("DDL goes through /v1/sql/migrate", code="DDL_FORBIDDEN"))
+            return self._deny(SqlError("DDL goes through /v1/sql/migrate", code=SQL_DDL_FORBIDDEN))
         # Everything else (PRAGMA, ATTACH/DETACH, transaction control, savepoints,
         # ANALYZE, REINDEX...) is refused.
         return self._deny(
-            SqlError("this kind of statement is not accepted", code="STATEMENT_UNSUPPORTED")
+            SqlError("this kind of statement is not accepted", code=SQL_STATEMENT_UNSUPPORTED)
         )
 
     def _deny(self, error):
@@ -211,7 +222,9 @@ class SqliteGuard:
 
 
 def _function_forbidden(what):
-    return SqlError(f"{what} is not available to public SQL", code="FUNCTION_FORBIDDEN", status=403)
+    return SqlError(
+        f"{what} is not available to public SQL", code=SQL_FUNCTION_FORBIDDEN, status=403
+    )
 
 
 def _pg_written(plan):
@@ -230,7 +243,7 @@ def _pg_written(plan):
         if node.get("Node Type") == "ModifyTable":
             if not node.get("Relation Name"):
                 raise SqlError(
-                    "cannot tell which table this statement writes", code="STATEMENT_UNSUPPORTED"
+                    "cannot tell which table this statement writes", code=SQL_STATEMENT_UNSUPPORTED
                 )
             written.add(node["Relation Name"])
         stack.extend(node.get("Plans", ()))
@@ -258,7 +271,7 @@ def _pg_state(raw):
 def _pg_check_effects(before, after, principal, schema):
     if before[0] != after[0]:
         raise SqlError(
-            "a writing statement may not change session settings", code="STATEMENT_UNSUPPORTED"
+            "a writing statement may not change session settings", code=SQL_STATEMENT_UNSUPPORTED
         )
     for (s, t), count in after[1].items():
         if count == before[1].get((s, t), 0):
@@ -266,6 +279,6 @@ def _pg_check_effects(before, after, principal, schema):
         if s == schema and t == OUTBOX:
             continue  # the capture triggers' own rows
         if s in ("pg_catalog", "information_schema"):
-            raise SqlError("the statement changed the schema", code="DDL_FORBIDDEN")
+            raise SqlError("the statement changed the schema", code=SQL_DDL_FORBIDDEN)
         if s != schema or not principal.can_write(t):
             raise _write_forbidden(t if s == schema else f"{s}.{t}")

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ...conf import rindle_settings
+from ...exceptions import SQL_TRANSACTION_BUSY, TIMEOUT
 from .. import outcomes
 from ..errors import Unavailable
 from .runner import Answer, Reader, _check_key, _Run, _stored, commit_cursor, fingerprint, shown
@@ -371,7 +372,7 @@ class Transactions:
             record, replayed = self.engine.write(apply, alone=True).value
         except Unavailable as exc:
             # A timed-out commit may still land: retry it with the same operation_id.
-            raise _unavailable(exc, "unknown" if exc.code == "timeout" else "open") from exc
+            raise _unavailable(exc, "unknown" if exc.code == TIMEOUT else "open") from exc
         if replayed:
             return Answer(record["status"], record, replayed=True)
         return Answer(record["status"], record["body"])
@@ -450,7 +451,7 @@ class _locked:
         if not self.txn.lock.acquire(timeout=float(rindle_settings.WRITE_TIMEOUT)):
             raise SqlError(
                 "another operation of this transaction is still running",
-                code="TRANSACTION_BUSY",
+                code=SQL_TRANSACTION_BUSY,
                 status=409,
                 retry_scope="request",
                 transaction_state="unknown",

@@ -9,6 +9,7 @@ from itertools import islice
 from django.db import DatabaseError, IntegrityError, connections
 
 from ...conf import rindle_settings
+from ...exceptions import SQL_CONSTRAINT_VIOLATION, SQL_RESULT_TOO_LARGE, SQL_WRITE_FORBIDDEN
 from .. import outcomes
 from ..capture import OUTBOX
 from ..errors import RindleError, Unavailable
@@ -37,7 +38,7 @@ def _failure(exc, index, guard=None, state="closed", keyword=None):
     if sqlstate == "25006":  # read_only_sql_transaction: a function tried to write
         return SqlError(
             "the statement writes, through a function, on a read-only connection",
-            code="WRITE_FORBIDDEN",
+            code=SQL_WRITE_FORBIDDEN,
             status=403,
         ).at(index, state)
     if not isinstance(exc, DatabaseError) or is_infrastructure_error(exc):
@@ -49,7 +50,7 @@ def _failure(exc, index, guard=None, state="closed", keyword=None):
     if code is not None:
         extra["sqlite_code"] = code
     if isinstance(exc, IntegrityError):
-        error = SqlError(str(exc), code="CONSTRAINT_VIOLATION", status=409, **extra)
+        error = SqlError(str(exc), code=SQL_CONSTRAINT_VIOLATION, status=409, **extra)
     else:
         error = SqlError(str(exc) or type(exc).__name__, **extra)
     return error.at(index, state)
@@ -128,11 +129,13 @@ def _fetch(first, take):
         chunk = [[encode_value(v) for v in row] for row in chunk]
         rows.extend(chunk)
         if len(rows) > limit:
-            raise SqlError(f"the statement returns more than {limit} rows", code="RESULT_TOO_LARGE")
+            raise SqlError(
+                f"the statement returns more than {limit} rows", code=SQL_RESULT_TOO_LARGE
+            )
         size += len(json.dumps(chunk, separators=(",", ":")))
         if size > byte_limit:
             raise SqlError(
-                f"the statement returns more than {byte_limit} bytes", code="RESULT_TOO_LARGE"
+                f"the statement returns more than {byte_limit} bytes", code=SQL_RESULT_TOO_LARGE
             )
         chunk = None
 

@@ -31,6 +31,14 @@ import time
 from django.db import connections
 
 from ...conf import rindle_settings
+from ...exceptions import (
+    SQL_FUNCTION_FORBIDDEN,
+    SQL_LOCK_TIMEOUT,
+    SQL_READ_FORBIDDEN,
+    SQL_SANDBOX_MISSING,
+    SQL_STATEMENT_TIMEOUT,
+    SQL_WRITE_FORBIDDEN,
+)
 from ...runtime import get_runtime, runtimes
 from .guards import protected
 from .statements import WRITES, SqlError
@@ -69,7 +77,7 @@ _UNLOCK = "SELECT pg_advisory_unlock_all()"
 def sandbox_missing(message):
     return SqlError(
         f"the public SQL sandbox is not usable: {message}",
-        code="SANDBOX_MISSING",
+        code=SQL_SANDBOX_MISSING,
         status=503,
     )
 
@@ -392,14 +400,14 @@ def refusal(cause, keyword=None):
         return SqlError(
             f"the statement ran longer than its {seconds} s budget and was cancelled; "
             "nothing of it was applied",
-            code="STATEMENT_TIMEOUT",
+            code=SQL_STATEMENT_TIMEOUT,
             status=408,
         )
     if sqlstate == "55P03":  # lock_not_available: lock_timeout
         seconds = rindle_settings.SQL_LOCK_TIMEOUT_SECONDS
         return SqlError(
             f"the statement waited longer than {seconds} s for a lock; nothing was applied",
-            code="LOCK_TIMEOUT",
+            code=SQL_LOCK_TIMEOUT,
             status=408,
             retry_scope="request",
         )
@@ -410,13 +418,13 @@ def refusal(cause, keyword=None):
     match = _DENIED.search(message)
     kind, name = match.groups() if match else (None, None)
     if kind in ("function", "large object"):
-        code = "FUNCTION_FORBIDDEN"
+        code = SQL_FUNCTION_FORBIDDEN
     elif kind == "sequence" or (
         kind == "table" and not protected(name) and not name.startswith("pg_")
     ):
-        code = "WRITE_FORBIDDEN"  # every app table that is not protected is readable
+        code = SQL_WRITE_FORBIDDEN  # every app table that is not protected is readable
     elif kind is None and keyword not in WRITES:
-        code = "FUNCTION_FORBIDDEN"
+        code = SQL_FUNCTION_FORBIDDEN
     else:
-        code = "WRITE_FORBIDDEN" if keyword in WRITES else "READ_FORBIDDEN"
+        code = SQL_WRITE_FORBIDDEN if keyword in WRITES else SQL_READ_FORBIDDEN
     return SqlError(message, code=code, status=403)

@@ -1,4 +1,7 @@
-"""Public SQL statements: their errors, values, scanning, parsing and identity."""
+"""
+Public SQL statements: values, scanning, parsing and identity. Their error,
+``SqlError``, lives in ``rindle_app.exceptions`` (imported from here too).
+"""
 
 import hashlib
 import json
@@ -11,62 +14,21 @@ from datetime import time as dtime
 from decimal import Decimal
 
 from ...conf import rindle_settings
-from ..errors import RindleError
+from ...exceptions import (
+    SQL_DDL_FORBIDDEN,
+    SQL_PROTOCOL_ERROR,
+    SQL_STATEMENT_UNSUPPORTED,
+    SQL_VALUE_UNSUPPORTED,
+    SqlError,
+)
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 SAFE_INT = 2**53 - 1
 RETRY_SCOPES = ("request", "transaction", "closure", "never")
 
 
-# --- errors -------------------------------------------------------------------------
-
-
-class SqlError(RindleError):
-    """
-    A public SQL request failed; its details follow the original's envelope:
-    ``retry_scope`` (``request``: send the same request again; ``transaction``: the
-    same operation; ``closure``: run the whole transaction again; ``never``),
-    ``transaction_state`` (``open``, ``closed`` or ``unknown``) and, when one
-    statement is to blame, ``statement_index``.
-    """
-
-    code = "SQL_ERROR"
-    status = 400
-
-    def __init__(
-        self,
-        message,
-        *,
-        code=None,
-        status=None,
-        retry_scope="never",
-        transaction_state="closed",
-        statement_index=None,
-        **details,
-    ):
-        super().__init__(
-            message,
-            code=code,
-            retry_scope=retry_scope,
-            transaction_state=transaction_state,
-            statement_index=statement_index,
-            partial_results=None,
-            **details,
-        )
-        if status is not None:
-            self.status = status
-        self.retryable = retry_scope == "request"
-
-    def at(self, index, state=None):
-        """This error, blamed on statement ``index`` (and ``state``, if given)."""
-        self.details["statement_index"] = index
-        if state is not None:
-            self.details["transaction_state"] = state
-        return self
-
-
 def protocol_error(message, index=None):
-    return SqlError(message, code="PROTOCOL_ERROR", statement_index=index)
+    return SqlError(message, code=SQL_PROTOCOL_ERROR, statement_index=index)
 
 
 # --- values ----------------------------------------------------------------------------
@@ -99,7 +61,7 @@ def decode_value(value, where):
 
 
 def _unsupported(message):
-    return SqlError(message, code="VALUE_UNSUPPORTED")
+    return SqlError(message, code=SQL_VALUE_UNSUPPORTED)
 
 
 def encode_value(value):
@@ -239,13 +201,13 @@ def _check_keyword(keyword, index):
     if keyword in DDL:
         raise SqlError(
             f"{keyword} is DDL: apply schema changes through /v1/sql/migrate",
-            code="DDL_FORBIDDEN",
+            code=SQL_DDL_FORBIDDEN,
             statement_index=index,
         )
     raise SqlError(
         f"{keyword} statements are not accepted here (only SELECT, VALUES, WITH, INSERT, "
         "UPDATE, DELETE)",
-        code="STATEMENT_UNSUPPORTED",
+        code=SQL_STATEMENT_UNSUPPORTED,
         statement_index=index,
     )
 
