@@ -29,6 +29,7 @@ Classification, by the leading keywords (an allow-list; anything else is
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import sql_text
 from .errors import InvalidInput
@@ -53,8 +54,7 @@ class MigrationRefused(InvalidInput):
 # --- parsing ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str  # word | ident | string | number | op
     text: str  # as written
     value: str  # a word upper-cased, an identifier unquoted, else the text

@@ -26,18 +26,20 @@ dollar-quoted string), ``ident`` (a quoted identifier), ``word``, ``number``,
 """
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 POSTGRESQL, SQLITE, PORTABLE = "postgresql", "sqlite", "portable"
 DIALECTS = (POSTGRESQL, SQLITE, PORTABLE)
 SKIPPED = ("space", "comment")
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_SPACE = re.compile(r"\s+")
+# Whitespace, words, numbers and the multi-character operators, in one match.
+_SIMPLE = re.compile(
+    r"(?P<space>\s+)|(?P<word>[A-Za-z_][A-Za-z0-9_$]*)"
+    r"|(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|(?P<op>->>|<=|>=|<>|!=|\|\||::|->|==|<<|>>)"
+)
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 _PARAM = re.compile(r"\$\d+")
-_OPERATORS = ("->>", "<=", ">=", "<>", "!=", "||", "::", "->", "==", "<<", ">>")
 
 
 class SqlTextError(ValueError):
@@ -48,8 +50,7 @@ class SqlTextError(ValueError):
         self.message, self.at = message, at
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str  # as written
     start: int  # offset in the text
@@ -68,33 +69,24 @@ def lex(sql, dialect):
     i, n = 0, len(sql)
     while i < n:
         ch = sql[i]
-        kind, j = None, None
-        if ch.isspace():
-            kind, j = "space", _SPACE.match(sql, i).end()
-        elif sql.startswith("--", i):
-            newline = sql.find("\n", i)
-            kind, j = "comment", n if newline < 0 else newline + 1
-        elif sql.startswith("/*", i):
-            kind, j = "comment", _comment_end(sql, i, dialect)
+        if ch in quotes:
+            kind = "string" if ch == "'" else "ident"
+            j = _quoted_end(sql, i, "]" if ch == "[" else ch)
         elif ch == ";":
             kind, j = ";", i + 1
-        elif ch in quotes:
-            closing = "]" if ch == "[" else ch
-            kind = "string" if ch == "'" else "ident"
-            j = _quoted_end(sql, i, closing, backslash=False)
+        elif ch == "-" and sql.startswith("--", i):
+            newline = sql.find("\n", i)
+            kind, j = "comment", n if newline < 0 else newline + 1
+        elif ch == "/" and sql.startswith("/*", i):
+            kind, j = "comment", _comment_end(sql, i, dialect)
         elif pg_like and ch == "$" and (m := _DOLLAR.match(sql, i) or _PARAM.match(sql, i)):
             kind, j = ("param", m.end()) if m.re is _PARAM else ("dollar", _dollar_end(sql, m))
+        elif pg_like and ch in "Ee" and sql.startswith("'", i + 1):
+            kind, j = "estring", _estring_end(sql, i + 1)
+        elif m := _SIMPLE.match(sql, i):
+            kind, j = m.lastgroup, m.end()
         else:
-            m = _WORD.match(sql, i)
-            if m and pg_like and m.group() in ("E", "e") and sql.startswith("'", m.end()):
-                kind, j = "estring", _quoted_end(sql, m.end(), "'", backslash=True)
-            elif m:
-                kind, j = "word", m.end()
-            elif m := _NUMBER.match(sql, i):
-                kind, j = "number", m.end()
-            else:
-                op = next((o for o in _OPERATORS if sql.startswith(o, i)), ch)
-                kind, j = "op", i + len(op)
+            kind, j = "op", i + 1
         yield Token(kind, sql[i:j], i)
         i = j
 
@@ -123,34 +115,41 @@ def first_keyword(tokens):
 
 
 def _comment_end(sql, i, dialect):
-    depth, j = 0, i
-    while j < len(sql):
-        if sql.startswith("/*", j):
-            if depth and dialect == PORTABLE:
-                raise SqlTextError(
-                    "a /* inside a comment: PostgreSQL nests comments and SQLite does not", j
-                )
-            depth = depth + 1 if dialect == POSTGRESQL else 1
-            j += 2
-        elif sql.startswith("*/", j):
-            depth -= 1
-            j += 2
+    depth, j = 1, i + 2
+    while (close := sql.find("*/", j)) >= 0:
+        # The leftmost of "/*" and "*/" wins, as in both databases' own lexers.
+        opened = -1 if dialect == SQLITE else sql.find("/*", j, close + 1)
+        if opened < 0:
+            depth, j = depth - 1, close + 2
             if depth == 0:
                 return j
+        elif dialect == PORTABLE:
+            raise SqlTextError(
+                "a /* inside a comment: PostgreSQL nests comments and SQLite does not", opened
+            )
         else:
-            j += 1
+            depth, j = depth + 1, opened + 2
     raise SqlTextError("unterminated /* comment", i)
 
 
-def _quoted_end(sql, i, closing, backslash):
+def _quoted_end(sql, i, closing):
+    j = i + 1
+    while (k := sql.find(closing, j)) >= 0:
+        if closing == "]" or not sql.startswith(closing, k + 1):
+            return k + 1
+        j = k + 2  # a doubled quote stands for itself
+    raise SqlTextError("unterminated quoted string or identifier", i)
+
+
+def _estring_end(sql, i):
     j = i + 1
     while j < len(sql):
         c = sql[j]
-        if backslash and c == "\\":
+        if c == "\\":
             j += 2
-        elif c != closing:
+        elif c != "'":
             j += 1
-        elif closing != "]" and sql.startswith(closing, j + 1):
+        elif sql.startswith("'", j + 1):
             j += 2
         else:
             return j + 1
