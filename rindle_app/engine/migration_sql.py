@@ -81,6 +81,9 @@ class Step:
         return out
 
 
+_new = tuple.__new__  # as in sql_text: a Token without NamedTuple's slower __new__
+
+
 def tokenize(sql):
     """``[(statement text, [Token])]``: ``sql`` cut at top-level semicolons."""
     try:
@@ -103,7 +106,7 @@ def _journal_tokens(tokens):
             value = t.text[1:-1].replace(t.text[0] * 2, t.text[0])
         else:
             value = t.text.upper() if t.kind == "word" else t.text
-        out.append(Token(t.kind, t.text, value, depth))
+        out.append(_new(Token, (t.kind, t.text, value, depth)))
         if t.text == "(":
             depth += 1
     if depth != 0:

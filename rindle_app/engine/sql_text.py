@@ -60,6 +60,9 @@ class Token(NamedTuple):
         return self.start + len(self.text)
 
 
+_new = tuple.__new__  # a Token without NamedTuple's Python-level __new__: 3x faster
+
+
 def lex(sql, dialect):
     """The tokens of ``sql`` in order (see the module docstring)."""
     if dialect not in DIALECTS:
@@ -69,7 +72,12 @@ def lex(sql, dialect):
     i, n = 0, len(sql)
     while i < n:
         ch = sql[i]
-        if ch in quotes:
+        m = _SIMPLE.match(sql, i)  # most tokens: tried first
+        if m is not None:
+            kind, j = m.lastgroup, m.end()
+            if j == i + 1 and pg_like and ch in "Ee" and sql.startswith("'", j):
+                kind, j = "estring", _estring_end(sql, j)
+        elif ch in quotes:
             kind = "string" if ch == "'" else "ident"
             j = _quoted_end(sql, i, "]" if ch == "[" else ch)
         elif ch == ";":
@@ -81,13 +89,9 @@ def lex(sql, dialect):
             kind, j = "comment", _comment_end(sql, i, dialect)
         elif pg_like and ch == "$" and (m := _DOLLAR.match(sql, i) or _PARAM.match(sql, i)):
             kind, j = ("param", m.end()) if m.re is _PARAM else ("dollar", _dollar_end(sql, m))
-        elif pg_like and ch in "Ee" and sql.startswith("'", i + 1):
-            kind, j = "estring", _estring_end(sql, i + 1)
-        elif m := _SIMPLE.match(sql, i):
-            kind, j = m.lastgroup, m.end()
         else:
             kind, j = "op", i + 1
-        yield Token(kind, sql[i:j], i)
+        yield _new(Token, (kind, sql[i:j], i))
         i = j
 
 
