@@ -18,7 +18,8 @@ def statements(sql, dialect):
 
 
 def keywords(sql, dialect):
-    return [sql_text.first_keyword(tokens) for _text, tokens in sql_text.split(sql, dialect)]
+    split = sql_text.split(sql, dialect)
+    return [next(t.text.upper() for t in tokens if t.kind == "word") for _text, tokens in split]
 
 
 # The SQL texts of the journal's and public SQL's suites, as both of them must split them.

@@ -113,11 +113,6 @@ def split(sql, dialect):
     return statements
 
 
-def first_keyword(tokens):
-    """The first word of a statement, upper-cased (None when it has none)."""
-    return next((t.text.upper() for t in tokens if t.kind == "word"), None)
-
-
 def _comment_end(sql, i, dialect):
     depth, j = 1, i + 2
     while (close := sql.find("*/", j)) >= 0:
