@@ -1,13 +1,15 @@
 """
 Reading migration SQL: statements split and classified, before any database is touched.
 
-Splitting. The text is cut into statements at every ``;`` outside string
-literals (``'...'`` with ``''`` escapes), quoted identifiers (``"..."``,
-``\\`...\\```) and comments (``-- ...``, ``/* ... */``). Syntax whose extent such a
-scan cannot know is refused (``unsupported_syntax``): ``$`` (dollar quoting and
-parameters), ``E'...'`` strings, unterminated literals or comments, unbalanced
-parentheses, schema-qualified table names. Trigger and function bodies are
-therefore unsupported.
+Splitting. ``sql_text`` (the lexer public SQL uses too) cuts the text at every
+``;`` outside string literals (``'...'`` with ``''`` escapes), quoted identifiers
+(``"..."``, ``\\`...\\```) and comments (``-- ...``, ``/* ... */``), in its
+``portable`` dialect: the journal reads a migration before it knows the database,
+so it accepts only what PostgreSQL and SQLite read alike. The rest is refused
+(``unsupported_syntax``): ``$`` (dollar quoting and parameters), ``E'...'``
+strings, a ``/*`` inside a comment (PostgreSQL nests them, SQLite does not),
+unterminated literals or comments, unbalanced parentheses, schema-qualified table
+names. Trigger and function bodies are therefore unsupported.
 
 Classification, by the leading keywords (an allow-list; anything else is
 ``unsupported_statement``):
@@ -26,8 +28,8 @@ Classification, by the leading keywords (an allow-list; anything else is
   deletes are not captured); ``TRUNCATE`` (not captured row by row).
 """
 
-import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..exceptions import (
     ATTACH_REFUSED,
@@ -41,11 +43,11 @@ from ..exceptions import (
     UNSUPPORTED_SYNTAX,
     MigrationRefused,
 )
+from . import sql_text
 from .tables import HIDDEN_PREFIXES
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_OPERATORS = ("->>", "<=", ">=", "<>", "!=", "||", "::", "->", "==", "<<", ">>")
+_DOLLAR_REFUSED = "'$' (dollar quoting or a parameter) is not supported"
+_REFUSED = {"estring": "E'...' strings are not supported", "dollar": _DOLLAR_REFUSED}
 _TX_CONTROL = {"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "START", "ABORT"}
 _ALTER_COLUMN_OK = {("SET", "DEFAULT"), ("DROP", "DEFAULT"), ("SET", "NOT"), ("DROP", "NOT")}
 _CONSTRAINTS = {"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "CHECK", "EXCLUDE"}
@@ -54,8 +56,7 @@ _CONSTRAINTS = {"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "CHECK", "EXCLUDE"
 # --- parsing ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str  # word | ident | string | number | op
     text: str  # as written
     value: str  # a word upper-cased, an identifier unquoted, else the text
@@ -82,95 +83,37 @@ class Step:
         return out
 
 
+_new = tuple.__new__  # as in sql_text: a Token without NamedTuple's slower __new__
+
+
 def tokenize(sql):
     """``[(statement text, [Token])]``: ``sql`` cut at top-level semicolons."""
-    statements, tokens = [], []
-    depth, start, end, i, n = 0, None, None, 0, len(sql)
+    try:
+        split = sql_text.split(sql, sql_text.PORTABLE)
+    except sql_text.SqlTextError as exc:
+        raise MigrationRefused(exc.message, code=UNSUPPORTED_SYNTAX) from None
+    return [(text, _journal_tokens(tokens)) for text, tokens in split]
 
-    def close():
-        nonlocal tokens, start
-        if depth != 0:
-            raise MigrationRefused("unbalanced parentheses", code=UNSUPPORTED_SYNTAX)
-        if tokens:
-            statements.append((sql[start:end].strip(), tokens))
-        tokens, start = [], None
 
-    def add(kind, text, value, at):
-        nonlocal start, end
-        if start is None:
-            start = at
-        end = at + len(text)
-        tokens.append(Token(kind, text, value, depth))
-
-    while i < n:
-        ch = sql[i]
-        if ch.isspace():
-            i += 1
-        elif sql.startswith("--", i):
-            newline = sql.find("\n", i)
-            i = n if newline < 0 else newline + 1
-        elif sql.startswith("/*", i):
-            close_at = sql.find("*/", i + 2)
-            if close_at < 0:
-                raise MigrationRefused("unterminated /* comment", code=UNSUPPORTED_SYNTAX)
-            i = close_at + 2
-        elif ch == ";":
-            close()
-            i += 1
-        elif ch in "'\"`":
-            j = _quoted_end(sql, i, ch)
-            text = sql[i:j]
-            if ch == "'":
-                prev = tokens[-1] if tokens else None
-                if prev and prev.kind == "word" and prev.value == "E" and end == i:
-                    raise MigrationRefused(
-                        "E'...' strings are not supported", code=UNSUPPORTED_SYNTAX
-                    )
-                add("string", text, text, i)
-            else:
-                add("ident", text, text[1:-1].replace(ch * 2, ch), i)
-            i = j
-        elif ch == "$":
-            raise MigrationRefused(
-                "'$' (dollar quoting or a parameter) is not supported", code=UNSUPPORTED_SYNTAX
-            )
-        elif ch == "(" or ch == ")":
-            if ch == ")":
-                depth -= 1
-                if depth < 0:
-                    raise MigrationRefused("unbalanced parentheses", code=UNSUPPORTED_SYNTAX)
-            add("op", ch, ch, i)
-            if ch == "(":
-                depth += 1
-            i += 1
+def _journal_tokens(tokens):
+    out, depth = [], 0
+    for t in tokens:
+        if t.kind in _REFUSED or ("$" in t.text and t.kind not in ("string", "ident")):
+            raise MigrationRefused(_REFUSED.get(t.kind, _DOLLAR_REFUSED), code=UNSUPPORTED_SYNTAX)
+        if t.text == ")":
+            depth -= 1
+            if depth < 0:
+                raise MigrationRefused("unbalanced parentheses", code=UNSUPPORTED_SYNTAX)
+        if t.kind == "ident":
+            value = t.text[1:-1].replace(t.text[0] * 2, t.text[0])
         else:
-            m = _WORD.match(sql, i)
-            if m:
-                add("word", m.group(), m.group().upper(), i)
-                i = m.end()
-                continue
-            m = _NUMBER.match(sql, i)
-            if m:
-                add("number", m.group(), m.group(), i)
-                i = m.end()
-                continue
-            op = next((o for o in _OPERATORS if sql.startswith(o, i)), ch)
-            add("op", op, op, i)
-            i += len(op)
-    close()
-    return statements
-
-
-def _quoted_end(sql, i, quote):
-    j = i + 1
-    while True:
-        k = sql.find(quote, j)
-        if k < 0:
-            raise MigrationRefused("unterminated quoted text", code=UNSUPPORTED_SYNTAX)
-        if sql.startswith(quote * 2, k):
-            j = k + 2
-            continue
-        return k + 1
+            value = t.text.upper() if t.kind == "word" else t.text
+        out.append(_new(Token, (t.kind, t.text, value, depth)))
+        if t.text == "(":
+            depth += 1
+    if depth != 0:
+        raise MigrationRefused("unbalanced parentheses", code=UNSUPPORTED_SYNTAX)
+    return out
 
 
 def _refuse(index, message, code):

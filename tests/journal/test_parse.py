@@ -92,6 +92,11 @@ def test_dml_targets_include_ctes_and_upserts_but_not_read_tables():
         ("INSERT INTO a VALUES (E'it\\'s')", "unsupported_syntax"),
         ("INSERT INTO a VALUES ('open", "unsupported_syntax"),
         ("CREATE TABLE a (id TEXT PRIMARY KEY", "unsupported_syntax"),
+        # PostgreSQL nests comments and SQLite does not: they would end this one apart.
+        ("CREATE TABLE a (id TEXT PRIMARY KEY) /* /* */ ; DROP TABLE b; */", "unsupported_syntax"),
+        ("DELETE FROM a /*/*/ WHERE id = '1'", "unsupported_syntax"),
+        ("DELETE FROM a$b", "unsupported_syntax"),
+        ("DELETE FROM a WHERE id = $1", "unsupported_syntax"),
         ("CREATE TRIGGER t AFTER INSERT ON a BEGIN DELETE FROM b; END", "unsupported_statement"),
         ("REPLACE INTO a VALUES ('1')", "unsupported_statement"),
         ("INSERT OR REPLACE INTO a VALUES ('1')", "unsupported_statement"),

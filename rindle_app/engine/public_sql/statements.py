@@ -21,6 +21,7 @@ from ...exceptions import (
     SQL_VALUE_UNSUPPORTED,
     SqlError,
 )
+from .. import sql_text
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 SAFE_INT = 2**53 - 1
@@ -109,8 +110,9 @@ DDL = {
     "SECURITY",
     "IMPORT",
 }
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
-_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+_ONE_PER_ENTRY = "send one statement per entry (text follows a ';')"
 
 
 @dataclass
@@ -216,125 +218,46 @@ def scan(sql, vendor):
     """
     ``(first keyword, ? count, :names, driver text)`` of one statement.
 
-    Strings, quoted identifiers, dollar quotes and comments are skipped, so a
-    placeholder or a ``;`` inside them counts for nothing. Only whitespace and
-    comments may follow a top-level ``;``. On PostgreSQL the driver text uses
-    psycopg's ``%s``/``%(name)s`` (a literal ``%`` doubled).
+    ``sql_text`` reads it in the backend's dialect, so a placeholder or a ``;``
+    inside a string, quoted identifier, dollar quote or comment counts for nothing.
+    Only whitespace and comments may follow a top-level ``;``. On PostgreSQL the
+    driver text uses psycopg's ``%s``/``%(name)s`` (a literal ``%`` doubled).
     """
     pg = vendor == "postgresql"
-    out, i, n = [], 0, len(sql)
-    keyword, positional, names, ended = None, 0, [], False
-    while i < n:
-        ch = sql[i]
-        if ch.isspace():
-            out.append(ch)
-            i += 1
-            continue
-        if sql.startswith("--", i):
-            j = sql.find("\n", i)
-            j = n if j < 0 else j + 1
-            out.append(sql[i:j])
-            i = j
-            continue
-        if sql.startswith("/*", i):
-            j = _comment_end(sql, i, nested=pg)
-            out.append(sql[i:j])
-            i = j
-            continue
-        if ended:
-            raise protocol_error("send one statement per entry (text follows a ';')")
-        if ch == ";":
-            ended = True
-            i += 1
-            continue
-        if ch in "'\"" or (not pg and ch in "[`"):
-            closing = {"[": "]"}.get(ch, ch)
-            j = _quoted_end(sql, i, closing, backslash=False)
-            out.append(sql[i:j])
-            i = j
-            continue
-        if pg and ch == "$":
-            m = _DOLLAR.match(sql, i)
-            if m:
-                end = sql.find(m.group(0), m.end())
-                if end < 0:
-                    raise protocol_error("unterminated dollar-quoted string")
-                j = end + len(m.group(0))
-                out.append(sql[i:j])
-                i = j
+    out, keyword, positional, names, ended, colon = [], None, 0, [], False, None
+    try:
+        for t in sql_text.lex(sql, sql_text.POSTGRESQL if pg else sql_text.SQLITE):
+            text, after_colon, colon = t.text, colon, None
+            if t.kind in sql_text.SKIPPED:
+                pass
+            elif ended:
+                raise protocol_error(_ONE_PER_ENTRY)
+            elif t.kind == ";":
+                ended = True
                 continue
-            if i + 1 < n and sql[i + 1].isdigit():
+            elif t.kind == "param":
                 raise protocol_error("use ? or :name placeholders, not $n")
-        if ch == "?":
-            positional += 1
-            out.append("%s" if pg else "?")
-            i += 1
-            continue
-        if ch == ":" and (i == 0 or sql[i - 1] != ":") and i + 1 < n:
-            m = _WORD.match(sql, i + 1)
-            if m and not (pg and "$" in m.group(0)):
-                names.append(m.group(0))
-                out.append(f"%({m.group(0)})s" if pg else sql[i : m.end()])
-                i = m.end()
-                continue
-        if ch == "%" and pg:
-            out.append("%%")
-            i += 1
-            continue
-        m = _WORD.match(sql, i)
-        if m:
-            word = m.group(0)
-            if keyword is None:
-                keyword = word.upper()
-            j = m.end()
-            if pg and word in ("E", "e") and j < n and sql[j] == "'":
-                k = _quoted_end(sql, j, "'", backslash=True)
-                out.append(sql[i:k])
-                i = k
-                continue
-            out.append(word)
-            i = j
-            continue
-        out.append(ch)
-        i += 1
+            elif text == "?":
+                positional += 1
+                text = "%s" if pg else "?"
+            elif text == ":" and (t.start == 0 or sql[t.start - 1] != ":"):
+                colon = t
+            elif t.kind == "word" and after_colon and not (pg and "$" in text):
+                names.append(text)
+                out[-1] = ""
+                text = f"%({text})s" if pg else ":" + text
+            elif t.kind in ("word", "estring"):
+                keyword = keyword or (text.upper() if t.kind == "word" else text[0].upper())
+            elif text == "%" and pg:
+                text = "%%"
+            out.append(text)
+    except sql_text.SqlTextError as exc:
+        # After a ';' only a comment's own error outranks "one statement per entry".
+        comment = sql.startswith("/*", exc.at)
+        raise protocol_error(exc.message if comment or not ended else _ONE_PER_ENTRY) from None
     names = list(dict.fromkeys(names))
     driver = "".join(out) if pg and (positional or names) else sql.rstrip().rstrip(";")
     return keyword, positional, names, driver
-
-
-def _comment_end(sql, i, nested):
-    depth, j = 0, i
-    while j < len(sql):
-        if sql.startswith("/*", j):
-            depth += 1
-            j += 2
-            if not nested and depth > 1:
-                depth = 1
-            continue
-        if sql.startswith("*/", j):
-            depth -= 1
-            j += 2
-            if depth == 0:
-                return j
-            continue
-        j += 1
-    raise protocol_error("unterminated /* comment")
-
-
-def _quoted_end(sql, i, closing, backslash):
-    j = i + 1
-    while j < len(sql):
-        c = sql[j]
-        if backslash and c == "\\":
-            j += 2
-            continue
-        if c == closing:
-            if j + 1 < len(sql) and sql[j + 1] == closing and closing in "'\"`":
-                j += 2
-                continue
-            return j + 1
-        j += 1
-    raise protocol_error("unterminated quoted string or identifier")
 
 
 def identity(route, statements):
