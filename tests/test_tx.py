@@ -164,8 +164,8 @@ def test_the_table_name_forms_still_work(engine):
     assert write(engine, work) == (1, 1, {"id": "t1", "name": "U"}, 1)
 
 
-@mutator("t_ormThenReject")
-def orm_then_reject(tx, args, user):
+@mutator("t_ormThreeWaysThenReject")
+def orm_three_ways_then_reject(tx, args, user):
     User(id="saved", name="S").save()
     User.objects.bulk_create([User(id="bulk1", name="B"), User(id="bulk2", name="B")])
     User.objects.filter(id="u1").update(name="changed")
@@ -176,11 +176,11 @@ def orm_then_reject(tx, args, user):
 def test_orm_writes_in_a_mutator_roll_back_on_rejection(engine, owners):
     """save(), bulk_create and QuerySet.update run in the mutator's transaction."""
     before = outbox_high_water()
-    result = engine.mutate("c1", 1, "t_ormThenReject", {"reject": True})
+    result = engine.mutate("c1", 1, "t_ormThreeWaysThenReject", {"reject": True})
     assert (result.status, result.code) == ("rejected", "nope")
     assert sorted(User.objects.values_list("id", "name")) == [("u1", "U1"), ("u2", "U2")]
     assert [e["table"] for e in outbox_since(before)] == ["_rindle_client_mutations"]
-    applied = engine.mutate("c1", 2, "t_ormThenReject", {})
+    applied = engine.mutate("c1", 2, "t_ormThreeWaysThenReject", {})
     assert applied.status == "applied"
     assert User.objects.get(pk="u1").name == "changed"
     assert {"saved", "bulk1", "bulk2"} <= set(User.objects.values_list("id", flat=True))
