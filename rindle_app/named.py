@@ -9,8 +9,7 @@ live query only when they may see the same rows, and a row a user may not read
 cannot reach them through a relationship, an EXISTS or a count::
 
     from rest_framework import serializers
-    from rindle_app.named import named_query
-    from rindle_app.ivm.builder import table
+    from rindle_app.queries import named_query, table
 
     class PageArgs(serializers.Serializer):
         limit = serializers.IntegerField(min_value=1, max_value=500)

@@ -12,7 +12,7 @@ original's owner-gated delete, so a client's optimistic state simply snaps back.
 from django.core.exceptions import PermissionDenied
 from rest_framework import serializers
 
-from rindle_app.engine import MutationRejected, mutator
+from rindle_app.mutators import MutationRejected, mutator
 
 from .models import PRIORITIES, STATUSES
 

@@ -142,7 +142,7 @@ def digest(changes):
 
 def apply_changes(tx, changes):
     """Apply parsed ``changes`` in ``tx``, in order; return the number of rows changed."""
-    tables = tx._tables
+    tables = tx.tables
     changed = 0
     i, n = 0, len(changes)
     while i < n:
@@ -160,8 +160,7 @@ def apply_changes(tx, changes):
                     rows = [tuple(ch.row.values()) for ch in changes[i:j]]
                 else:
                     rows = [[_value(tx, table, c, ch.row[c]) for c in cols] for ch in changes[i:j]]
-                with tx._wrap:
-                    tx._raw.executemany(sql, rows)
+                tx.run_many(sql, rows)
                 changed += j - i
                 i = j
                 continue
@@ -183,9 +182,7 @@ def _same_insert(change, table, cols):
 
 
 def _run(tx, sql, params):
-    with tx._wrap:
-        tx._raw.execute(sql, params)
-    return max(tx._raw.rowcount, 0)
+    return max(tx.run(sql, params), 0)
 
 
 def _value(tx, table, name, value):
@@ -200,17 +197,17 @@ def _value(tx, table, name, value):
 
 def _insert_sql(tx, table, cols):
     names = ", ".join(quote(c) for c in cols)
-    marks = ", ".join([tx._ph] * len(cols))
+    marks = ", ".join(["%s"] * len(cols))
     return f"INSERT INTO {quote(table.name)} ({names}) VALUES ({marks})"
 
 
 def _key(tx, table, old):
-    where = " AND ".join(f"{quote(k)} = {tx._ph}" for k in table.primary_key)
+    where = " AND ".join(f"{quote(k)} = %s" for k in table.primary_key)
     return where, [old[k] for k in table.primary_key]
 
 
 def _update(tx, table, old, row):
-    sets = ", ".join(f"{quote(c)} = {tx._ph}" for c in row)
+    sets = ", ".join(f"{quote(c)} = %s" for c in row)
     where, key = _key(tx, table, old)
     params = [_value(tx, table, c, v) for c, v in row.items()] + key
     return f"UPDATE {quote(table.name)} SET {sets} WHERE {where}", params

@@ -250,7 +250,7 @@ END $$;
 # The lmid upsert; an owner, once set, is never replaced (the read checked it).
 _STORE_SQL = (
     f"INSERT INTO {LEDGER} AS l (client_id, last_mutation_id, {OWNER_COLUMN}) "
-    "VALUES ({ph}, {ph}, {ph}) ON CONFLICT (client_id) DO UPDATE SET "
+    "VALUES (%s, %s, %s) ON CONFLICT (client_id) DO UPDATE SET "
     f"last_mutation_id = excluded.last_mutation_id, "
     f"{OWNER_COLUMN} = COALESCE(l.{OWNER_COLUMN}, excluded.{OWNER_COLUMN})"
 )
@@ -260,21 +260,19 @@ def install_ledger_functions(tx):
     """Create (or refresh) the Postgres helpers of the ledger; nothing on SQLite."""
     if tx.vendor == "postgresql":
         # Processes starting together would replace the functions concurrently.
-        tx.scalar("SELECT pg_advisory_xact_lock({ph})", [capture.INSTALL_KEY])
+        tx.scalar("SELECT pg_advisory_xact_lock(%s)", [capture.INSTALL_KEY])
         tx.execute(PG_LEDGER_FUNCTIONS)
 
 
 def _read_lmid(tx, client_id, owner):
     """The stored lmid (0 if new); raises ``ClientIdTaken`` if another principal owns it."""
     if tx.vendor == "postgresql":
-        lmid = tx.scalar("SELECT _rindle_lock_lmid({ph}, {ph})", [client_id, owner])
+        lmid = tx.scalar("SELECT _rindle_lock_lmid(%s, %s)", [client_id, owner])
     else:
-        with tx._wrap:
-            tx._raw.execute(
-                f"SELECT last_mutation_id, {OWNER_COLUMN} FROM {LEDGER} WHERE client_id = ?",
-                [client_id],
-            )
-            row = tx._raw.fetchone()
+        row = tx.fetchone(
+            f"SELECT last_mutation_id, {OWNER_COLUMN} FROM {LEDGER} WHERE client_id = %s",
+            [client_id],
+        )
         lmid = 0
         if row is not None:
             lmid = _TAKEN if owner is not None and row[1] not in (None, owner) else row[0]
@@ -285,7 +283,7 @@ def _read_lmid(tx, client_id, owner):
 
 def _store_lmid(tx, client_id, mid, owner):
     if tx.vendor == "postgresql":
-        tx.cv = tx.scalar("SELECT _rindle_store_lmid({ph}, {ph}, {ph})", [client_id, mid, owner])
+        tx.cv = tx.scalar("SELECT _rindle_store_lmid(%s, %s, %s)", [client_id, mid, owner])
         return
     tx.run(_STORE_SQL, [client_id, mid, owner])
 

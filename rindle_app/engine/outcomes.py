@@ -76,15 +76,13 @@ def _dumps(value):
 def lock(tx, key):
     """Serialize writers of ``key`` across processes (SQLite's write lock already does)."""
     if tx.vendor == "postgresql":
-        tx.scalar(
-            f"SELECT pg_advisory_xact_lock(hashtextextended({{ph}}, {LOCK_NAMESPACE}))", [key]
-        )
+        tx.scalar(f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {LOCK_NAMESPACE}))", [key])
 
 
 def read_in(tx, key, now):
     """The live outcome record of ``key`` inside the writer transaction, or None."""
     text = tx.scalar(
-        f"SELECT result FROM {OUTCOMES} WHERE outcome_key = {{ph}} AND expires_at > {{ph}}",
+        f"SELECT result FROM {OUTCOMES} WHERE outcome_key = %s AND expires_at > %s",
         [key, now],
     )
     return None if text is None else json.loads(text)
@@ -93,7 +91,7 @@ def read_in(tx, key, now):
 def store(tx, key, record, now):
     """Write ``record`` under ``key`` in the writer transaction (an expired one is replaced)."""
     tx.run(
-        f"INSERT INTO {OUTCOMES} (outcome_key, result, expires_at) VALUES ({{ph}}, {{ph}}, {{ph}}) "
+        f"INSERT INTO {OUTCOMES} (outcome_key, result, expires_at) VALUES (%s, %s, %s) "
         "ON CONFLICT (outcome_key) DO UPDATE SET result = excluded.result, "
         "expires_at = excluded.expires_at",
         [key, encode(record), now + retention_ms()],

@@ -55,19 +55,16 @@ def validate_producer(producer):
 def _read(tx, producer):
     if tx.vendor == "postgresql":
         # Engines of several processes may share the table: serialize per producer.
-        tx.scalar("SELECT pg_advisory_xact_lock(hashtextextended({ph}, 1))", [producer])
-    with tx._wrap:
-        tx._raw.execute(
-            f"SELECT seq, digest, owner FROM {PRODUCER_OFFSETS} WHERE producer = {tx._ph}",
-            [producer],
-        )
-        return tx._raw.fetchone()
+        tx.scalar("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", [producer])
+    return tx.fetchone(
+        f"SELECT seq, digest, owner FROM {PRODUCER_OFFSETS} WHERE producer = %s", [producer]
+    )
 
 
 def _store(tx, producer, seq, payload_digest, owner):
     tx.run(
         f"INSERT INTO {PRODUCER_OFFSETS} (producer, seq, digest, owner) "
-        "VALUES ({ph}, {ph}, {ph}, {ph}) ON CONFLICT (producer) DO UPDATE SET "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (producer) DO UPDATE SET "
         "seq = excluded.seq, digest = excluded.digest",
         [producer, seq, payload_digest, owner],
     )

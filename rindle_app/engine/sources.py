@@ -102,14 +102,12 @@ def validate_position(source, offset, chunk_seq, run_id, batch_hash, head):
 
 def _read(tx, source):
     if tx.vendor == "postgresql":
-        tx.scalar("SELECT pg_advisory_xact_lock(hashtextextended({ph}, 2))", [source])
-    with tx._wrap:
-        tx._raw.execute(
-            f'SELECT "offset", chunk_seq, run_id, batch_hash, head FROM {SOURCE_OFFSETS} '
-            f"WHERE source = {tx._ph}",
-            [source],
-        )
-        row = tx._raw.fetchone()
+        tx.scalar("SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", [source])
+    row = tx.fetchone(
+        f'SELECT "offset", chunk_seq, run_id, batch_hash, head FROM {SOURCE_OFFSETS} '
+        "WHERE source = %s",
+        [source],
+    )
     return _checkpoint(row)
 
 
@@ -126,7 +124,7 @@ def _store(tx, source, cp):
     head = json.dumps(cp.head, separators=(",", ":")) if cp.head is not None else None
     tx.run(
         f'INSERT INTO {SOURCE_OFFSETS} (source, "offset", chunk_seq, run_id, batch_hash, head) '
-        "VALUES ({ph}, {ph}, {ph}, {ph}, {ph}, {ph}) ON CONFLICT (source) DO UPDATE SET "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (source) DO UPDATE SET "
         '"offset" = excluded."offset", chunk_seq = excluded.chunk_seq, '
         "run_id = excluded.run_id, batch_hash = excluded.batch_hash, head = excluded.head",
         [source, cp.offset, cp.chunk_seq, cp.run_id, cp.batch_hash, head],

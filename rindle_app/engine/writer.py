@@ -367,12 +367,10 @@ class Writer:
 
     def _read_feed(self, tx):
         start = min(since() for since, _deliver in self._change_listeners)
-        with tx._wrap:
-            tx._raw.execute(
-                f'SELECT seq, "table", old, new FROM {capture.OUTBOX} WHERE seq > ? ORDER BY seq',
-                [start],
-            )
-            return start, tx._raw.fetchall()
+        return start, tx.fetchall(
+            f'SELECT seq, "table", old, new FROM {capture.OUTBOX} WHERE seq > %s ORDER BY seq',
+            [start],
+        )
 
     @staticmethod
     def _high_water(tx):

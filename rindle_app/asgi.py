@@ -1,0 +1,67 @@
+"""
+Public API: the ASGI applications that serve rindle's websocket.
+
+A project's ``asgi.py`` becomes::
+
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+
+    from rindle_app.asgi import application as rindle_application
+
+    application = rindle_application()
+
+``websocket_application()`` is the websocket half alone, for a project that builds
+its own ``ProtocolTypeRouter``.
+"""
+
+
+def websocket_application():
+    """
+    The websocket ASGI app: ``/ws/rindle/`` behind host/origin validation and auth.
+
+    Origins are checked against ``ALLOWED_HOSTS`` (``AllowedHostsOriginValidator``);
+    the user comes from the session cookie or a bearer token (rindle's
+    ``AuthMiddlewareStack``). Django is set up first if it is not yet.
+    """
+    _setup()
+    from channels.routing import URLRouter
+    from channels.security.websocket import AllowedHostsOriginValidator
+
+    from .realtime.auth import AuthMiddlewareStack
+    from .routing import websocket_urlpatterns
+
+    return AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+
+
+def application(http_app=None):
+    """
+    A ``ProtocolTypeRouter``: HTTP to ``http_app`` (Django's ASGI app by default),
+    websockets to ``websocket_application()``.
+
+    Django is set up first (``get_asgi_application``), then the router is built, then
+    the garbage collector is tuned for a process holding many sockets
+    (``rindle_app.realtime.tuning.tune_gc``): call it once, at the end of the ASGI
+    module's imports.
+    """
+    from django.core.asgi import get_asgi_application
+
+    if http_app is None:
+        http_app = get_asgi_application()
+    from channels.routing import ProtocolTypeRouter
+
+    from .realtime.tuning import tune_gc
+
+    _setup()
+    router = ProtocolTypeRouter({"http": http_app, "websocket": websocket_application()})
+    tune_gc()
+    return router
+
+
+def _setup():
+    from django.apps import apps
+
+    if not apps.ready:
+        import django
+
+        django.setup(set_prefix=False)

@@ -1,0 +1,23 @@
+"""
+Public API: write mutators, the server functions clients call by name.
+
+::
+
+    from rindle_app.mutators import MutationRejected, mutator
+
+    @mutator("addIssue", args=IssueArgs)
+    def add_issue(tx, args, user):
+        if user is None:
+            raise MutationRejected("sign in first", code="sign_in")
+        tx.insert(Issue, id=args["id"], title=args["title"], owner_id=user.pk)
+
+A mutator runs on the engine's writer thread inside one transaction with the
+client's lmid; raising ``MutationRejected`` (or any business error) rolls its
+writes back, ORM writes included, and still advances the lmid. ``Tx`` documents
+the helpers a mutator writes with.
+"""
+
+from .engine.mutations import MutationRejected, mutator
+from .engine.tx import Tx
+
+__all__ = ["MutationRejected", "Tx", "mutator"]
