@@ -8,7 +8,7 @@ Public API: write mutators, the server functions clients call by name.
     @mutator("addIssue", args=IssueArgs)
     def add_issue(tx, args, user):
         if user is None:
-            raise MutationRejected("sign in first", code="sign_in")
+            raise MutationRejected("sign in first")
         tx.insert(Issue, id=args["id"], title=args["title"], owner_id=user.pk)
 
 A mutator runs on the engine's writer thread inside one transaction with the
