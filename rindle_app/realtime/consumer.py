@@ -213,17 +213,23 @@ class RindleConsumer(AsyncWebsocketConsumer):
         idle = self._idle
         if idle is not None:
             self._idle = None
-            idle.set_result(None)
+            # A closing socket's sender task is cancelled with its future, and the
+            # hub may still hand it a batch before it hears of the disconnect.
+            if not idle.done():
+                idle.set_result(None)
 
     async def _send_batches(self):
         """The socket's sender task: writes the queued batches in order, then waits."""
         loop = asyncio.get_running_loop()
         outbox = self._outbox
-        while True:
-            while outbox:
-                await self._write(outbox.popleft())
-            self._idle = loop.create_future()
-            await self._idle
+        try:
+            while True:
+                while outbox:
+                    await self._write(outbox.popleft())
+                self._idle = loop.create_future()
+                await self._idle
+        finally:
+            self._idle = None
 
     async def _write(self, frames):
         """Each frame to the socket in order; the batch is one transfer out."""

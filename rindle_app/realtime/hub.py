@@ -504,7 +504,10 @@ class Hub:
 def _push_all(items):
     for conn, frames in items:
         if not conn.closed:
-            conn.push(frames)
+            try:
+                conn.push(frames)
+            except Exception:  # one socket's failure must not starve the others
+                logger.exception("rindle hub: a batch could not be handed to a socket")
 
 
 def get_hub(engine=None):
