@@ -178,7 +178,7 @@ def resolve(name, args, user=None, *, client_id=None, owner=None):
 def _answered(name, doing):
     """
     Turn a server-side bug (in a query builder, a serializer, the adapter) into
-    ``QueryRefused(code="internal_error")``, traceback logged: the caller is
+    a ``QueryRefused`` with code ``INTERNAL_ERROR``, traceback logged: the caller is
     always answered, never left waiting.
     """
     try:
