@@ -141,6 +141,33 @@ DEFAULTS = {
     # The PostgreSQL role public SQL reads as (write roles are named after it):
     # NOLOGIN, created and granted by `manage.py rindle_sql_role` and by migrate.
     "SQL_SANDBOX_ROLE": "rindle_sql",
+    # --- The change stream (rindle_app.stream; DESIGN section 7) ---
+    # Seconds between watermark steps: the fleet takes the exclusive side of the
+    # outbox fence at most once per interval, whatever the number of app servers.
+    "STREAM_REFRESH_SECONDS": 0.05,
+    # Seconds a watermarker's lease lasts unless renewed (on the database clock); a
+    # standby takes over at most this long after the leader stops.
+    "STREAM_LEASE_TTL_SECONDS": 5.0,
+    # Milliseconds a watermark step waits for the exclusive side of the fence (a
+    # short write queues behind a waiting step at most this long); past it the step
+    # is fence_timed_out (retryable, metered apart) and safe_seq stays.
+    "STREAM_FENCE_LOCK_TIMEOUT_MS": 50,
+    # Where the watermarker runs on PostgreSQL: "embedded" (every serving process
+    # competes for the lease, and the winner runs it) or "external" (only
+    # the rindle_watermark management command runs it).
+    "STREAM_WATERMARKER": "embedded",
+    # Seconds of outbox history kept (never below the 7-day floor) and seconds
+    # between retention runs, which delete at most STREAM_RETENTION_BATCH rows per
+    # transaction.
+    "STREAM_RETENTION_SECONDS": 7 * 24 * 3600,
+    "STREAM_RETENTION_PERIOD_SECONDS": 3600,
+    "STREAM_RETENTION_BATCH": 5000,
+    # Seconds the watermark may lag the newest committed seq (an open transaction
+    # holding the fence) before /healthz reports degraded.
+    "STREAM_HEALTH_LAG_SECONDS": 30,
+    # GET /v1/stream: most events in one answer, and the longest long-poll wait.
+    "STREAM_PAGE_MAX_EVENTS": 1000,
+    "STREAM_LONG_POLL_MAX_SECONDS": 30,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

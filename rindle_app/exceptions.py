@@ -242,6 +242,20 @@ SQL_TRANSACTION_BUSY = _code(
 SQL_SANDBOX_MISSING = _code("SANDBOX_MISSING", 503, "The SQL sandbox is not usable.", **_SQL)
 
 
+# The change stream (rindle_app.stream, GET /v1/stream).
+LEASE_HELD = _http("lease_held", 409, "Another process holds the unexpired singleton lease.")
+FENCE_TIMED_OUT = _http(
+    "fence_timed_out", 503, "A watermark step waited too long for the fence.", retryable=True
+)
+RESNAPSHOT_REQUIRED = _code(
+    "resnapshot_required",
+    409,
+    "The cursor cannot continue (below the horizon, another epoch, or ahead): resnapshot.",
+    frames=_BOTH,
+)
+INVALID_CURSOR = _http("invalid_cursor", 400, "The stream cursor is malformed.")
+
+
 def status_of(code, default=400):
     """The HTTP status registered for ``code`` (``default`` for an unregistered one)."""
     entry = CODES.get(code)
@@ -633,3 +647,33 @@ def to_frame(exc, query_id=None, *, kind=None, **extra):
             frame["queryId"] = query_id
     frame.update(extra)
     return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class LeaseHeld(RindleError):
+    """Another process owns the unexpired singleton lease (the seed's ErrLeaseHeld)."""
+
+    code = LEASE_HELD
+    status = 409
+
+    def __init__(self, name, holder):
+        super().__init__(f"stream lease {name!r} is held by {holder!r}", holder=holder)
+        self.holder = holder
+
+
+class ResnapshotRequired(RindleError):
+    """
+    A stream cursor cannot continue: its next seq is below the horizon (pruned),
+    it names another epoch (a restored database), or it is ahead of safe_seq.
+    ``reason`` says which; the reader must resnapshot, never skip.
+    """
+
+    code = RESNAPSHOT_REQUIRED
+    status = 409
+
+    BELOW_HORIZON = "below_horizon"
+    EPOCH_MISMATCH = "epoch_mismatch"
+    AHEAD = "ahead"
+
+    def __init__(self, reason, message, **details):
+        super().__init__(message, reason=reason, **details)
+        self.reason = reason

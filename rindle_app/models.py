@@ -8,6 +8,7 @@ with plain SQL on its writer connection. The admin shows them read-only.
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 
@@ -28,6 +29,9 @@ class ChangeEvent(models.Model):
     key = models.JSONField(db_column="pk")  # the row's primary key values
     old = models.JSONField(null=True)
     new = models.JSONField(null=True)
+    # When the row was captured (the database clock, at its transaction's start on
+    # PostgreSQL): what retention's age is measured against. Never an order: seq is.
+    created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         db_table = "_rindle_change_events"
@@ -304,3 +308,57 @@ class FlowTombstone(models.Model):
 
     def __str__(self):
         return f"{self.namespace} generation {self.generation}"
+
+
+class StreamState(models.Model):
+    """
+    One change stream over the outbox (``stream.state``): how far readers may go,
+    and how far back they still can.
+
+    - ``safe_seq``: every outbox seq at or below it is committed or gone for good
+      (published by the watermarker on PostgreSQL; never decreases).
+    - ``horizon``: the first seq retention kept; a reader whose next seq is below it
+      must resnapshot (never moves back, never passes ``safe_seq + 1``).
+    - ``epoch``: names this stream's sequence numbers. It changes when the database
+      is restored, so an old cursor cannot alias new rows.
+    """
+
+    name = models.TextField(primary_key=True)
+    epoch = models.TextField()
+    safe_seq = models.BigIntegerField(default=0)
+    horizon = models.BigIntegerField(default=1)
+    # The database clock when safe_seq last moved, and when it was last confirmed.
+    advanced_at = models.DateTimeField(null=True)
+    checked_at = models.DateTimeField(null=True)
+    # What the epoch was minted for (database identity); a mismatch mints a new one.
+    identity = models.TextField(default="")
+
+    class Meta:
+        db_table = "_rindle_stream"
+        verbose_name = "change stream"
+
+    def __str__(self):
+        return f"{self.name} safe {self.safe_seq} horizon {self.horizon} epoch {self.epoch}"
+
+
+class StreamLease(models.Model):
+    """
+    A singleton lease (the watermarker's, retention's) decided on the database
+    clock. ``epoch`` is the fencing token: it grows by one on every change of holder,
+    and each write the holder makes re-checks it.
+    """
+
+    name = models.TextField(primary_key=True)
+    holder = models.TextField(default="")
+    epoch = models.BigIntegerField(default=0)
+    acquired_at = models.DateTimeField(null=True)
+    renewed_at = models.DateTimeField(null=True)
+    expires_at = models.DateTimeField(null=True)
+    transitions = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "_rindle_stream_leases"
+        verbose_name = "stream lease"
+
+    def __str__(self):
+        return f"{self.name} held by {self.holder or '-'} (epoch {self.epoch})"
