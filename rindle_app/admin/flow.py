@@ -31,7 +31,6 @@ class NothingKept(InvalidInput):
     """A namespace page was asked for a namespace with no figure in the kept window."""
 
     code = FLOW_UNKNOWN_NAMESPACE
-    status = 404
 
 
 def _days_param(request, name, default, limit):
