@@ -287,6 +287,26 @@ def rotated(keys, rep):
     return keys[rep % len(keys) :] + keys[: rep % len(keys)]
 
 
+def interleaved(keys, repeats, rate, unit="/s", label="repeat"):
+    """
+    ``{key: [rate, ...]}`` over ``repeats`` rounds, each round in another order
+    (``rotated``), so a drift of the machine spreads over every workload alike.
+    ``rate(key, tag)`` runs workload ``key`` once (``tag`` names the run) and returns
+    its rate; each round prints one line. Warming up is the caller's.
+    """
+    samples = {key: [] for key in keys}
+    for rep in range(repeats):
+        order = rotated(keys, rep)
+        for key in order:
+            samples[key].append(rate(key, f"r{rep}-{key}"))
+        print(
+            f"{label} {rep + 1}/{repeats}: "
+            + ", ".join(f"{k} {samples[k][-1]:,.0f}{unit}" for k in order),
+            flush=True,
+        )
+    return samples
+
+
 def top_functions(prof, limit=25, sort="tottime", header=True):
     """``pstats`` of ``prof``: the ``limit`` top functions by ``sort`` (header lines or not)."""
     out = io.StringIO()
