@@ -320,13 +320,14 @@ def top_functions(prof, limit=25, sort="tottime", header=True):
     return "\n".join(lines[start:])
 
 
-def counts_parser(description, counts):
+def counts_parser(doc, counts):
     """
-    The command line of a bench whose knobs are positive counts: ``counts`` is
+    The command line of a bench whose knobs are positive counts, described by the
+    first paragraph of ``doc`` (the bench's module docstring): ``counts`` is
     ``[(name, default, help)]``, then ``--repeats``, ``--database-url`` and ``--json``.
     ``parse(argv)`` refuses a count below 1.
     """
-    p = argparse.ArgumentParser(description=description)
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     for name, default, text in counts:
         p.add_argument(f"--{name}", type=int, default=default, help=text)
     p.add_argument("--repeats", type=int, default=5, help="runs of each workload (5)")

@@ -61,7 +61,7 @@ HOT = {
 
 
 parse_args = counts_parser(
-    __doc__.split("\n\n")[0],
+    __doc__,
     [
         ("calls", 1_000_000, "hot-path calls per run"),
         ("namespaces", 10_000, "namespaces flushed"),

@@ -51,7 +51,7 @@ WORKLOADS = {
 
 
 parse_args = counts_parser(
-    __doc__.split("\n\n")[0],
+    __doc__,
     [
         ("batches", 200, "batches per workload run (200)"),
         ("rows", 100, "rows per batch (100)"),

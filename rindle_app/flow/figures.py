@@ -22,6 +22,26 @@ from ..exceptions import (
 )
 from . import sessions as sketches
 
+__all__ = [
+    "DAY_MS",
+    "MAX_NAMESPACE_LENGTH",
+    "MAX_SESSION_LENGTH",
+    "MAX_TRANSFER_BYTES",
+    "REASONS",
+    "Fleet",
+    "FlowDay",
+    "Glance",
+    "Refusal",
+    "Row",
+    "Transfer",
+    "check_days",
+    "check_namespace",
+    "check_time",
+    "day_date",
+    "merge_rows",
+    "utc_day",
+]
+
 DAY_MS = 86_400_000
 _EPOCH = date(1970, 1, 1)
 # Largest byte count one transfer may report (8 PiB): anything larger is a bug in

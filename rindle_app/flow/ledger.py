@@ -10,20 +10,13 @@ figures with the copies every other process flushed. The figures themselves
 (``Transfer``, ``Row``, ``FlowDay``, ``Glance``, ``Fleet``, ``Refusal``) live in
 ``flow/figures.py`` and are importable from here and from ``rindle_app.flow``.
 
-Threading model. ``record``, ``refuse`` and ``auth_failure`` may be called from any
-number of threads and from asyncio event loops. Each namespace has a slot with its
-own ``threading.Lock``, held only for a few integer increments (and, once per
-namespace per day, for parking the finished day): a caller can wait only behind
-another caller counting the same namespace, never behind I/O or the database. The
-slot map is a plain dict read without a lock (atomic under the GIL); slots are
-created under a ledger lock (``flow/counters.py`` says which lock guards what).
-``start``, ``flush``, ``forget`` and the readers touch the database outside every
-slot lock; ``start`` and the flushes of one ledger are serialized.
-
-What a record costs once the namespace has a slot: one dict lookup, one lock,
-integer increments on preallocated attributes, and a set insertion when the
-transfer carries a session id. It allocates nothing Python can avoid (integers
-above 256 are objects in CPython, and a first-seen session id grows a set).
+Threading model. The counting points run on any thread and any event loop, each
+behind its namespace's slot lock only, never behind I/O: ``flow/counters.py``
+says which lock guards what. What this module adds is what touches the database:
+``start``, ``flush``, ``forget`` and the readers run on their caller's thread
+(the flush tick's, a request's, the admin's), outside every slot lock, taking
+each slot's lock only to copy its figure. ``start`` and the flushes of one ledger
+are serialized under one lock, so two flushes never interleave their copies.
 """
 
 import os
@@ -33,46 +26,23 @@ import uuid
 
 from ..engine.errors import InvalidInput
 from ..exceptions import FLOW_INVALID_NODE, FLOW_INVALID_WINDOW
+from . import figures
 from .counters import LiveCounters
+from .figures import *  # noqa: F403 (the figures stay importable from here: figures.__all__)
 from .figures import (
     DAY_MS,
-    MAX_NAMESPACE_LENGTH,
-    MAX_SESSION_LENGTH,
-    MAX_TRANSFER_BYTES,
     REASONS,
     Fleet,
     FlowDay,
     Glance,
-    Refusal,
-    Row,
-    Transfer,
     check_days,
     check_namespace,
     check_time,
-    day_date,
     merge_rows,
     utc_day,
 )
 
-__all__ = [
-    "DAY_MS",
-    "MAX_NAMESPACE_LENGTH",
-    "MAX_SESSION_LENGTH",
-    "MAX_TRANSFER_BYTES",
-    "REASONS",
-    "Fleet",
-    "FlowDay",
-    "FlowLedger",
-    "Glance",
-    "Refusal",
-    "Row",
-    "Transfer",
-    "check_namespace",
-    "check_time",
-    "day_date",
-    "default_node_id",
-    "utc_day",
-]
+__all__ = ["FlowLedger", "default_node_id", *figures.__all__]
 
 
 def default_node_id():
