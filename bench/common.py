@@ -287,6 +287,26 @@ def rotated(keys, rep):
     return keys[rep % len(keys) :] + keys[: rep % len(keys)]
 
 
+def interleaved(keys, repeats, rate, unit="/s", label="repeat"):
+    """
+    ``{key: [rate, ...]}`` over ``repeats`` rounds, each round in another order
+    (``rotated``), so a drift of the machine spreads over every workload alike.
+    ``rate(key, tag)`` runs workload ``key`` once (``tag`` names the run) and returns
+    its rate; each round prints one line. Warming up is the caller's.
+    """
+    samples = {key: [] for key in keys}
+    for rep in range(repeats):
+        order = rotated(keys, rep)
+        for key in order:
+            samples[key].append(rate(key, f"r{rep}-{key}"))
+        print(
+            f"{label} {rep + 1}/{repeats}: "
+            + ", ".join(f"{k} {samples[k][-1]:,.0f}{unit}" for k in order),
+            flush=True,
+        )
+    return samples
+
+
 def top_functions(prof, limit=25, sort="tottime", header=True):
     """``pstats`` of ``prof``: the ``limit`` top functions by ``sort`` (header lines or not)."""
     out = io.StringIO()
@@ -300,13 +320,14 @@ def top_functions(prof, limit=25, sort="tottime", header=True):
     return "\n".join(lines[start:])
 
 
-def counts_parser(description, counts):
+def counts_parser(doc, counts):
     """
-    The command line of a bench whose knobs are positive counts: ``counts`` is
+    The command line of a bench whose knobs are positive counts, described by the
+    first paragraph of ``doc`` (the bench's module docstring): ``counts`` is
     ``[(name, default, help)]``, then ``--repeats``, ``--database-url`` and ``--json``.
     ``parse(argv)`` refuses a count below 1.
     """
-    p = argparse.ArgumentParser(description=description)
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     for name, default, text in counts:
         p.add_argument(f"--{name}", type=int, default=default, help=text)
     p.add_argument("--repeats", type=int, default=5, help="runs of each workload (5)")

@@ -46,7 +46,7 @@ from bench.common import (  # noqa: E402  (the checkout root is on sys.path firs
     counts_parser,
     django_database,
     environment,
-    rotated,
+    interleaved,
     write_results,
 )
 
@@ -61,7 +61,7 @@ HOT = {
 
 
 parse_args = counts_parser(
-    __doc__.split("\n\n")[0],
+    __doc__,
     [
         ("calls", 1_000_000, "hot-path calls per run"),
         ("namespaces", 10_000, "namespaces flushed"),
@@ -207,16 +207,12 @@ def main(argv=None):
         keys = list(HOT)
         for key in keys:  # warm-up
             getattr(hot, f"run_{key}")()
-        samples = {k: [] for k in keys}
-        for rep in range(args.repeats):
-            order = rotated(keys, rep)
-            for key in order:
-                samples[key].append(args.calls / getattr(hot, f"run_{key}")())
-            print(
-                f"hot repeat {rep + 1}/{args.repeats}: "
-                + ", ".join(f"{k} {samples[k][-1]:,.0f}/s" for k in order),
-                flush=True,
-            )
+        samples = interleaved(
+            keys,
+            args.repeats,
+            lambda key, _tag: args.calls / getattr(hot, f"run_{key}")(),
+            label="hot repeat",
+        )
         retained = hot.retained_blocks()
 
         flushes = {k: [] for k in ("flush_insert", "flush_update", "flush_idle", "bulk_create")}

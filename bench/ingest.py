@@ -35,8 +35,8 @@ from bench.common import (  # noqa: E402  (the checkout root is on sys.path firs
     counts_parser,
     django_database,
     environment,
+    interleaved,
     raw_connection,
-    rotated,
     write_results,
 )
 
@@ -51,7 +51,7 @@ WORKLOADS = {
 
 
 parse_args = counts_parser(
-    __doc__.split("\n\n")[0],
+    __doc__,
     [
         ("batches", 200, "batches per workload run (200)"),
         ("rows", 100, "rows per batch (100)"),
@@ -190,18 +190,13 @@ def main(argv=None):
         for key in keys:  # warm-up
             getattr(bench, f"run_{key}")(f"warm-{key}")
             bench.written += args.batches * args.rows
-        samples = {k: [] for k in keys}
-        for rep in range(args.repeats):
-            order = rotated(keys, rep)
-            for key in order:
-                elapsed = getattr(bench, f"run_{key}")(f"r{rep}-{key}")
-                bench.written += args.batches * args.rows
-                samples[key].append(args.batches / elapsed)
-            print(
-                f"repeat {rep + 1}/{args.repeats}: "
-                + ", ".join(f"{k} {samples[k][-1]:,.0f} batches/s" for k in order),
-                flush=True,
-            )
+
+        def rate(key, tag):
+            elapsed = getattr(bench, f"run_{key}")(tag)
+            bench.written += args.batches * args.rows
+            return args.batches / elapsed
+
+        samples = interleaved(keys, args.repeats, rate, unit=" batches/s")
         env["other_cpus_busy"] = meter.other_cpus()
         checks = bench.check()
         census = bench.census()

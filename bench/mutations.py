@@ -37,6 +37,7 @@ from bench.common import (  # noqa: E402  (the checkout root is on sys.path firs
     CpuMeter,
     django_database,
     environment,
+    interleaved,
     loadavg,
     pick_workloads,
     raw_connection,
@@ -519,19 +520,10 @@ def _run(args, db, started):
             if args.warmup:
                 bench.run(key, f"warm-{key}", min(args.warmup, args.n))
 
-        samples = {key: [] for key in keys}
-        orders = []
-        for rep in range(args.repeats):
-            order = rotated(keys, rep)
-            orders.append(order)
-            for key in order:
-                elapsed = bench.run(key, f"r{rep}-{key}", args.n)
-                samples[key].append(args.n / elapsed)
-            print(
-                f"repeat {rep + 1}/{args.repeats}: "
-                + ", ".join(f"{k} {samples[k][-1]:,.0f}/s" for k in order),
-                flush=True,
-            )
+        samples = interleaved(
+            keys, args.repeats, lambda key, tag: args.n / bench.run(key, tag, args.n)
+        )
+        orders = [rotated(keys, rep) for rep in range(args.repeats)]
 
         checks = bench.check()
         results = {}

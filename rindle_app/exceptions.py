@@ -19,6 +19,7 @@ This module imports nothing from rindle, so every package may import it. It is a
 little over 600 lines on purpose: the whole vocabulary, table and classes, in one place.
 """
 
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -278,6 +279,23 @@ class RindleError(Exception):
     status = 400
     retryable = False
 
+    def __init_subclass__(cls, **kwargs):
+        """
+        A subclass that names its own registered code answers with that code's
+        status and retryable default from ``CODES``, unless it states its own: the
+        table stays the one place a code's status is written.
+        """
+        super().__init_subclass__(**kwargs)
+        entry = CODES.get(cls.__dict__.get("code"))
+        if entry is None:
+            return
+        if "status" not in cls.__dict__ and not isinstance(
+            inspect.getattr_static(cls, "status"), property
+        ):
+            cls.status = entry.status
+        if "retryable" not in cls.__dict__:
+            cls.retryable = entry.retryable
+
     def __init__(self, message, *, code=None, **details):
         super().__init__(message)
         self.message = message
@@ -310,7 +328,6 @@ class MutationGap(RindleError):
     """A client mutation id skipped ahead of the stored lmid + 1; nothing was written."""
 
     code = MID_GAP
-    status = 409
 
     def __init__(self, client_id, mid, lmid):
         super().__init__(
@@ -324,7 +341,6 @@ class ClientIdTaken(RindleError):
     """The client id belongs to another principal; nothing was read or written."""
 
     code = CLIENT_ID_TAKEN
-    status = 403
 
     def __init__(self, client_id):
         super().__init__(f"client id {client_id!r} belongs to another principal")
@@ -340,8 +356,6 @@ class Unavailable(RindleError):
     """
 
     code = UNAVAILABLE
-    status = 503
-    retryable = True
 
 
 class EngineClosed(Unavailable):
@@ -360,7 +374,6 @@ class AnonymousMutationsDisabled(RindleError):
     """A client mutation from nobody, where anonymous writes are not allowed."""
 
     code = ANONYMOUS_MUTATIONS_DISABLED
-    status = 403
 
 
 class MutationRejected(Exception):
@@ -381,7 +394,6 @@ class ProducerGap(RindleError):
     """``seq`` skipped past ``stored + 1``; nothing was written."""
 
     code = SEQ_GAP
-    status = 409
 
     def __init__(self, producer, seq, stored):
         super().__init__(
@@ -395,35 +407,30 @@ class ProducerConflict(RindleError):
     """A replay of the stored ``seq`` carried a different payload; nothing was written."""
 
     code = DIGEST_CONFLICT
-    status = 409
 
 
 class ProducerNotOwned(RindleError):
     """The producer id belongs to another principal."""
 
     code = PRODUCER_NOT_OWNED
-    status = 403
 
 
 class SourceFenced(RindleError):
     """The batch's run id is not the stored one; nothing was written."""
 
     code = FENCED
-    status = 409
 
 
 class SourceHashMismatch(RindleError):
     """The stored position was replayed with different content; nothing was written."""
 
     code = HASH_MISMATCH
-    status = 409
 
 
 class RowConflict(RindleError):
     """An ``add`` met an existing row (or another constraint refused the batch)."""
 
     code = ROW_CONFLICT
-    status = 409
 
 
 class MigrationRefused(InvalidInput):
@@ -436,14 +443,12 @@ class MigrationConflict(RindleError):
     """The id is journaled with other content (or another kind); nothing was written."""
 
     code = CHECKSUM_MISMATCH
-    status = 409
 
 
 class MigrationTooLarge(MigrationRefused):
     """The migration exceeds a per-migration limit; nothing was written."""
 
     code = MIGRATION_TOO_LARGE
-    status = 413
 
 
 class StatementFailed(MigrationRefused):
@@ -456,15 +461,12 @@ class NotFound(RindleError):
     """The thing a route names does not exist."""
 
     code = NOT_FOUND
-    status = 404
 
 
 class QuotaExceeded(RindleError):
     """The namespace moved its quota of bytes within the window; nothing was done."""
 
     code = QUOTA_EXCEEDED
-    status = 429
-    retryable = True
 
     @property
     def retry_after_ms(self):
@@ -481,8 +483,6 @@ class LeaseExpired(LeaseError):
     """The lease was valid once; ask ``POST /api/rindle/query`` for a new one."""
 
     code = LEASE_EXPIRED
-    status = 401
-    retryable = True
 
 
 class LeaseInvalid(LeaseError):
@@ -653,7 +653,6 @@ class LeaseHeld(RindleError):
     """Another process owns the unexpired singleton lease (the seed's ErrLeaseHeld)."""
 
     code = LEASE_HELD
-    status = 409
 
     def __init__(self, name, holder):
         super().__init__(f"stream lease {name!r} is held by {holder!r}", holder=holder)
@@ -668,7 +667,6 @@ class ResnapshotRequired(RindleError):
     """
 
     code = RESNAPSHOT_REQUIRED
-    status = 409
 
     BELOW_HORIZON = "below_horizon"
     EPOCH_MISMATCH = "epoch_mismatch"

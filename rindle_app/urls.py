@@ -12,6 +12,12 @@ from .api import migrate_views, views
 from .api import sql_views as sql
 from .metrics import metrics_view
 
+
+def _under(prefix, *routes):
+    """Flat routes ``(suffix, view class, name)`` under one prefix (each its own URLPattern)."""
+    return [path(prefix + suffix, view.as_view(), name=name) for suffix, view, name in routes]
+
+
 urlpatterns = [
     path("api/rindle/query", views.QueryView.as_view(), name="rindle-query"),
     path("api/rindle/read", views.ReadView.as_view(), name="rindle-read"),
@@ -20,35 +26,21 @@ urlpatterns = [
     path("v1/producers/write", ingest.ProducerWriteView.as_view(), name="rindle-producer-write"),
     path("v1/producers/<str:producer>", ingest.ProducerSeqView.as_view(), name="rindle-producer"),
     path("apply-row-change-txn", ingest.ApplyRowChangeTxnView.as_view(), name="rindle-apply-txn"),
-    path("v1/sources/<str:source>/batches", ingest.SourceBatchView.as_view(), name="rindle-source"),
-    path(
-        "v1/sources/<str:source>/checkpoint",
-        ingest.SourceCheckpointView.as_view(),
-        name="rindle-source-checkpoint",
-    ),
-    path(
-        "v1/sources/<str:source>/run-id",
-        ingest.SourceRunIdView.as_view(),
-        name="rindle-source-run-id",
+    *_under(
+        "v1/sources/<str:source>/",
+        ("batches", ingest.SourceBatchView, "rindle-source"),
+        ("checkpoint", ingest.SourceCheckpointView, "rindle-source-checkpoint"),
+        ("run-id", ingest.SourceRunIdView, "rindle-source-run-id"),
     ),
     path("v1/sql/migrate", migrate_views.MigrateView.as_view(), name="rindle-sql-migrate"),
     path("v1/sql/execute", sql.ExecuteView.as_view(), name="rindle-sql-execute"),
     path("v1/sql/batch", sql.BatchView.as_view(), name="rindle-sql-batch"),
     path("v1/sql/transactions", sql.TransactionsView.as_view(), name="rindle-sql-begin"),
-    path(
-        "v1/sql/transactions/<str:transaction_id>/execute",
-        sql.TransactionExecuteView.as_view(),
-        name="rindle-sql-txn-execute",
-    ),
-    path(
-        "v1/sql/transactions/<str:transaction_id>/commit",
-        sql.TransactionCommitView.as_view(),
-        name="rindle-sql-txn-commit",
-    ),
-    path(
-        "v1/sql/transactions/<str:transaction_id>/rollback",
-        sql.TransactionRollbackView.as_view(),
-        name="rindle-sql-txn-rollback",
+    *_under(
+        "v1/sql/transactions/<str:transaction_id>/",
+        ("execute", sql.TransactionExecuteView, "rindle-sql-txn-execute"),
+        ("commit", sql.TransactionCommitView, "rindle-sql-txn-commit"),
+        ("rollback", sql.TransactionRollbackView, "rindle-sql-txn-rollback"),
     ),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
     # django-prometheus's export behind RINDLE["METRICS_AUTH"] (do not also include

@@ -3,6 +3,7 @@
 import ast
 import gc
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -105,8 +106,8 @@ def test_application_routes_http_to_the_given_app_and_websockets_to_rindle():
     assert seen[0] is OriginValidator
 
 
-def _rindle_imports(path):
-    tree = ast.parse(path.read_text())
+def _rindle_imports(source):
+    tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
@@ -117,11 +118,24 @@ def _rindle_imports(path):
         yield from (n for n in names if n.split(".")[0] == "rindle_app")
 
 
+def _python_blocks(markdown):
+    """The ``python`` fenced code blocks of a Markdown text."""
+    return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.M | re.S)
+
+
 def test_the_demo_imports_only_the_public_api():
-    """project/asgi.py and the demo app's modules import rindle only through public modules."""
-    files = [ROOT / "project" / "asgi.py", *sorted((ROOT / "project" / "demo").glob("*.py"))]
-    used = {(f.name, m) for f in files for m in _rindle_imports(f)}
-    assert used, "the demo imports rindle somewhere"
+    """Every module of the demo project (its app, commands, settings) imports only public rindle."""
+    files = sorted((ROOT / "project").rglob("*.py"))
+    used = {(str(f.relative_to(ROOT)), m) for f in files for m in _rindle_imports(f.read_text())}
+    assert ("project/demo/management/commands/rindle_seed_demo.py", "rindle_app.runtime") in used
     public = PUBLIC_MODULES + ALSO_PUBLIC
     assert {(f, m) for f, m in used if m not in public} == set()
     assert all(f"``{name}``" in rindle_app.__doc__ for name in ALSO_PUBLIC)
+
+
+def test_the_readme_examples_import_only_the_public_api():
+    """The README's Python examples parse, and import rindle only through public modules."""
+    blocks = _python_blocks((ROOT / "README.md").read_text())
+    used = {m for block in blocks for m in _rindle_imports(block)}
+    assert "rindle_app.mutators" in used
+    assert used - set(PUBLIC_MODULES + ALSO_PUBLIC) == set()

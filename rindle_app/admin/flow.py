@@ -11,7 +11,7 @@ from ..conf import rindle_settings
 from ..engine import RindleError
 from ..engine.errors import InvalidInput
 from ..exceptions import FLOW_FORGET_UNCONFIRMED, FLOW_INVALID_WINDOW, FLOW_UNKNOWN_NAMESPACE
-from ..flow.ledger import check_namespace, utc_day
+from ..flow.figures import check_namespace, utc_day
 from .base import ReadOnlyAdmin, epoch_ms
 from .flow_pages import (
     FLOW_DEFAULT_DAYS,
@@ -31,7 +31,6 @@ class NothingKept(InvalidInput):
     """A namespace page was asked for a namespace with no figure in the kept window."""
 
     code = FLOW_UNKNOWN_NAMESPACE
-    status = 404
 
 
 def _days_param(request, name, default, limit):

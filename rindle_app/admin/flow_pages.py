@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 from django.urls import reverse
 
 from ..flow.charts import fleet_chart, humanize_bytes, namespace_chart
-from ..flow.ledger import DAY_MS, REASONS, day_date, utc_day
+from ..flow.figures import DAY_MS, REASONS, day_date, utc_day
 
 # The charts' window in UTC days (?days=N, at most the kept window) and its presets.
 FLOW_DEFAULT_DAYS = 14

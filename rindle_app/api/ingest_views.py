@@ -187,18 +187,23 @@ _BATCH_DOC = (
 )
 
 
+def _batch_schema(operation_id, request):
+    """The schema of both batch routes: one operation, the source in the body or the path."""
+    return extend_schema(
+        operation_id=operation_id,
+        summary="Apply a change-source batch with its cursor",
+        description=_BATCH_DOC,
+        request=request,
+        responses={200: SourceBatchResponse, **_errors(400, 401, 403, 409, 503)},
+    )
+
+
 class ApplyRowChangeTxnView(StrictBodyView):
     """``POST /apply-row-change-txn``: one change-source batch (the original's route)."""
 
     required_scope = "ingest"
 
-    @extend_schema(
-        operation_id="rindle_apply_row_change_txn",
-        summary="Apply a change-source batch with its cursor",
-        description=_BATCH_DOC,
-        request=SourceBatchRequest,
-        responses={200: SourceBatchResponse, **_errors(400, 401, 403, 409, 503)},
-    )
+    @_batch_schema("rindle_apply_row_change_txn", SourceBatchRequest)
     def post(self, request):
         data = self.validated(SourceBatchRequest)
         return _batch(data, data["source"])
@@ -209,13 +214,7 @@ class SourceBatchView(StrictBodyView):
 
     required_scope = "ingest"
 
-    @extend_schema(
-        operation_id="rindle_source_batch",
-        summary="Apply a change-source batch with its cursor",
-        description=_BATCH_DOC,
-        request=SourceBatchBody,
-        responses={200: SourceBatchResponse, **_errors(400, 401, 403, 409, 503)},
-    )
+    @_batch_schema("rindle_source_batch", SourceBatchBody)
     def post(self, request, source):
         return _batch(self.validated(SourceBatchBody), source)
 

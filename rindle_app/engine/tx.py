@@ -12,7 +12,6 @@ from . import model_rows
 from .errors import InvalidInput
 from .identifiers import quote
 
-_savepoint_ids = itertools.count(1)
 _FORMAT_MARK = re.compile(r"(?<!%)%s")  # as Django's SQLite cursor reads ``%s``
 
 
@@ -82,9 +81,10 @@ class Tx:
         "vendor",
         "solo",
         "cv",
+        "_savepoint_ids",
     )
 
-    def __init__(self, connection, raw_cursor, tables, solo=False):
+    def __init__(self, connection, raw_cursor, tables, solo=False, savepoint_ids=None):
         self.connection = connection
         self.vendor = connection.vendor
         # A request that knows its transaction's last outbox seq may set it here,
@@ -99,6 +99,9 @@ class Tx:
         self._tables = tables
         self._qmark = connection.vendor == "sqlite"
         self.using = connection.alias
+        # Savepoint numbers: the writer passes its own counter, so a name is never
+        # used twice on its connection; a Tx made alone counts from 1.
+        self._savepoint_ids = itertools.count(1) if savepoint_ids is None else savepoint_ids
 
     @property
     def cursor(self):
@@ -156,7 +159,7 @@ class Tx:
     @contextmanager
     def savepoint(self):
         """All-or-nothing block inside the transaction: an exception rolls it back."""
-        name = f"rindle_sp_{next(_savepoint_ids)}"
+        name = f"rindle_sp_{next(self._savepoint_ids)}"
         with self._wrap:  # no parameters, and a name never seen again: sent as is
             self._raw.execute(f"SAVEPOINT {name}")
         try:

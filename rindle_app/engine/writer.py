@@ -11,6 +11,7 @@ stays all-or-nothing.
 """
 
 import asyncio
+import itertools
 import logging
 import queue
 import threading
@@ -96,6 +97,7 @@ class Writer:
         self.using = using
         self.vendor = connections[using].vendor
         self._tables = tables
+        self._savepoint_ids = itertools.count(1)  # Tx.savepoint names, unique on the connection
         self._queue = queue.SimpleQueue()
         self._held = None  # an ``alone`` request taken off the queue, run next
         self._queue_max = queue_max
@@ -330,7 +332,7 @@ class Writer:
         try:
             self._prepare()
             with transaction.atomic(using=self.using):
-                tx = Tx(self._conn, self._raw, self._tables, solo)
+                tx = Tx(self._conn, self._raw, self._tables, solo, self._savepoint_ids)
                 for req in pending:
                     try:
                         if solo:  # the transaction itself is the request's atomic unit

@@ -17,12 +17,11 @@ Crash bound: what was counted since the last flush is lost with the process.
 
 import time
 
-from .ledger import (
+from .figures import (
     DAY_MS,
     REASONS,
     Fleet,
     FlowDay,
-    FlowLedger,
     Glance,
     Refusal,
     Row,
@@ -30,6 +29,7 @@ from .ledger import (
     day_date,
     utc_day,
 )
+from .ledger import FlowLedger
 from .store import FlowStore
 
 __all__ = [

@@ -5,7 +5,7 @@ Pure functions of figures (no database, no request), so the admin's templates on
 place what these compute and the geometry is unit-tested on its own.
 """
 
-from .ledger import day_date
+from .figures import day_date
 
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 

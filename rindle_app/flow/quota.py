@@ -44,7 +44,7 @@ from ..exceptions import (
     QuotaExceeded,
 )
 from . import now_ms
-from .ledger import DAY_MS, Refusal, Transfer, check_namespace
+from .figures import DAY_MS, Refusal, Transfer, check_namespace
 
 logger = logging.getLogger("rindle.flow")
 

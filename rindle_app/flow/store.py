@@ -31,7 +31,7 @@ from django.db import DatabaseError, connections, transaction
 from ..engine.errors import Unavailable
 from ..engine.writer import is_infrastructure_error
 from ..exceptions import FLOW_STORE_UNAVAILABLE
-from .ledger import REASONS, Row
+from .figures import REASONS, Row
 
 DAYS = "_rindle_flow_days"
 TOMBSTONES = "_rindle_flow_forgotten"

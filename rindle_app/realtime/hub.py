@@ -472,7 +472,8 @@ class Hub:
             return
         if conn.handed - conn.sent >= self.max_queued and conn.subs:
             self._shed(conn)
-            frames = [f for f in frames if '"t":"queryError"' in f] + self._shed_notices(conn)
+            errors = [f for f in frames if isinstance(f, wire.QueryErrorFrame)]
+            frames = errors + self._shed_notices(conn)
         conn.handed += 1
         self._outgoing.setdefault(conn.loop, []).append((conn, frames))
 

@@ -94,11 +94,27 @@ def progress(cv):
     return f'{{"t":"progress","frame":{{"cvMin":{cv}}}}}'
 
 
+class QueryErrorFrame(str):
+    """
+    The text of a ``queryError`` frame, typed as one where it is built: a connection
+    the hub sheds still gets the query errors it was due (``Hub._deliver``), and the
+    hub tells them from data frames by this type, never by searching the text.
+    """
+
+    __slots__ = ()
+
+
 def query_error(query_id, message, code, retryable=False, retry_after_ms=None):
     """A ``queryError`` frame of ``code`` (``rindle_app.exceptions.to_frame``)."""
     exc = RindleError(message, code=code)
-    return to_frame(
-        exc, query_id, kind=FRAME_QUERY_ERROR, retryable=retryable, retry_after_ms=retry_after_ms
+    return QueryErrorFrame(
+        to_frame(
+            exc,
+            query_id,
+            kind=FRAME_QUERY_ERROR,
+            retryable=retryable,
+            retry_after_ms=retry_after_ms,
+        )
     )
 
 

@@ -6,8 +6,11 @@ import pytest
 from channels.db import database_sync_to_async
 
 from project.demo.models import Tag, User
+from rindle_app.exceptions import FAULTED, SHED
 from rindle_app.ivm.view import View
+from rindle_app.realtime import wire
 from rindle_app.realtime.consumer import RindleConsumer
+from rindle_app.realtime.hub import get_hub
 
 from .conftest import Client
 
@@ -66,8 +69,6 @@ async def test_a_slow_connection_is_shed_and_others_keep_up(live, settings, monk
     assert await slow.connect() and await fast.connect()
     await sub(slow, 1, "users")
     await sub(fast, 1, "users")
-    from rindle_app.realtime.hub import get_hub
-
     hub = await db(get_hub)()
     slow_channels.add(list(hub.conns)[0])  # the first connection made is the slow one
     for i in range(12):
@@ -97,3 +98,31 @@ async def test_a_slow_connection_is_shed_and_others_keep_up(live, settings, monk
     assert hello["hello"]["epoch"] == 2 and len(snap["batch"]["ops"]) == 12
     await slow.close()
     await fast.close()
+
+
+async def test_a_shed_connection_gets_its_query_errors_and_no_data_whatever_the_text(live):
+    """
+    A connection shed for falling behind is sent the query errors it was due and a
+    shed notice per subscription, never a data frame, even one whose payload spells
+    a ``queryError``: the hub knows a frame's type from where it was built.
+    """
+    client = Client()
+    assert await client.connect()
+    await sub(client, 1, "users")
+    hub = await db(get_hub)()
+    conn = next(iter(hub.conns.values()))
+    lookalike = wire.nbatch(1, 1, 1, "fp", wire.dumps([{"t": "queryError"}]), 99)
+    due = wire.query_error(2, "boom", FAULTED, True, retry_after_ms=500)
+
+    def fall_behind_then_deliver():
+        with hub.lock:
+            conn.handed = conn.sent + hub.max_queued
+            hub._deliver(conn, [lookalike, due])
+            hub._dispatch()
+
+    await db(fall_behind_then_deliver)()
+    first, second = await client.recv(), await client.recv()
+    assert (first["t"], first["queryId"], first["code"]) == ("queryError", 2, FAULTED)
+    assert (second["t"], second["queryId"], second["code"]) == ("queryError", 1, SHED)
+    assert await client.nothing()
+    await client.close()

@@ -5,7 +5,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rindle_app.engine import get_engine
+from rindle_app.runtime import get_runtime
 
 from ...models import PRIORITIES, STATUSES
 
@@ -123,7 +123,7 @@ class Command(BaseCommand):
                 counts[table] += tx.insert_ignore(table, row)
 
         started = time.monotonic()
-        commit = get_engine().write(write)
+        commit = get_runtime(None).engine.write(write)  # None: RINDLE["DATABASE"]
         elapsed = time.monotonic() - started
         total = sum(counts.values())
         detail = ", ".join(f"{n} {table}" for table, n in counts.items())
