@@ -128,11 +128,12 @@ def examples(n):
 
 
 @contextmanager
-def celery_beat_worker(settings_module, redis_url, workdir, **env):
+def celery_beat_worker(task, redis_url, workdir, **env):
     """
-    A real ``celery -A project worker -B`` with ``settings_module``, on a queue of its
-    own (so concurrent runs on one broker never take each other's tasks); yields
-    (process, log path), and stops it and drops its queue afterwards.
+    A real ``celery -A project worker -B`` whose beat schedules only ``task``
+    (tests/support/celery_settings.py), on a queue of its own (so concurrent runs on
+    one broker never take each other's tasks); yields (process, log path), and stops
+    it and drops its queue afterwards.
     """
     queue = f"rindle-test-{uuid.uuid4().hex[:12]}"
     log = workdir / "celery.log"
@@ -143,9 +144,10 @@ def celery_beat_worker(settings_module, redis_url, workdir, **env):
     ]
     root = Path(__file__).resolve().parent.parent
     environment = child_env(
-        DJANGO_SETTINGS_MODULE=settings_module,
+        DJANGO_SETTINGS_MODULE="tests.support.celery_settings",
         REDIS_URL=redis_url,
         RINDLE_TEST_CELERY_QUEUE=queue,
+        RINDLE_TEST_CELERY_TASK=task,
         PYTHONPATH=str(root),
         **env,
     )
