@@ -20,6 +20,7 @@ from django.db import connection
 
 from rindle_app.pytest_plugin import rindle_runtime  # noqa: F401  (the plugin's fixture)
 from rindle_app.testing import running
+from tests.support.processes import child_env, stop  # noqa: F401  (child_env: for the tests)
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -67,6 +68,22 @@ def _fresh_runtime(rindle_runtime):  # noqa: F811  (the fixture, not the import)
 
 
 @pytest.fixture
+def operator(client, django_user_model):
+    """The test client signed in as a superuser: the admin's operator."""
+    client.force_login(django_user_model.objects.create_superuser("operator", "op@example.com"))
+    return client
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    """The test client signed in as a staff user without permissions (``client.user``)."""
+    user = django_user_model.objects.create_user("staff", is_staff=True)
+    client.force_login(user)
+    client.user = user
+    return client
+
+
+@pytest.fixture
 def redis_url():
     return require_service("Redis", REDIS_URL)
 
@@ -96,15 +113,6 @@ def scrape_metrics():
         response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}")
     assert response.status_code == 200, response.content
     return response.content.decode()
-
-
-def child_env(**extra):
-    """Environment for a subprocess that must use this test run's database."""
-    env = dict(os.environ)
-    env["RINDLE_TEST_DATABASE_NAME"] = str(connection.settings_dict["NAME"])
-    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 # Property tests: a fixed budget in CI; RINDLE_SOAK=N multiplies every budget by N
@@ -158,12 +166,7 @@ def celery_beat_worker(task, redis_url, workdir, **env):
     try:
         yield proc, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 30)
         import redis
 
         redis.Redis.from_url(redis_url).delete(queue)

@@ -25,9 +25,3 @@ def ledger(transactional_db, monkeypatch):
     monkeypatch.setattr(flow, "now_ms", lambda: NOW)
     with fresh_runtime() as runtime:
         yield runtime.ledger
-
-
-@pytest.fixture
-def operator(client, django_user_model):
-    client.force_login(django_user_model.objects.create_superuser("operator", "op@example.com"))
-    return client

@@ -36,20 +36,6 @@ def changelist(model):
     return reverse(f"admin:rindle_app_{model._meta.model_name}_changelist")
 
 
-@pytest.fixture
-def operator(client, django_user_model):
-    client.force_login(django_user_model.objects.create_superuser("operator", "op@example.com"))
-    return client
-
-
-@pytest.fixture
-def staff(client, django_user_model):
-    user = django_user_model.objects.create_user("staff", is_staff=True)
-    client.force_login(user)
-    client.user = user
-    return client
-
-
 @pytest.mark.django_db
 @pytest.mark.parametrize("model", list(SEEDS), ids=lambda m: m.__name__)
 def test_an_operator_sees_every_bookkeeping_table(operator, model):

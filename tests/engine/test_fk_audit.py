@@ -237,20 +237,6 @@ def test_a_running_engine_audits_the_tables_it_registered(declared_only_fk):
 # --- the admin page --------------------------------------------------------------
 
 
-@pytest.fixture
-def operator(client, django_user_model):
-    client.force_login(django_user_model.objects.create_superuser("operator", "op@example.com"))
-    return client
-
-
-@pytest.fixture
-def staff(client, django_user_model):
-    user = django_user_model.objects.create_user("staff", is_staff=True)
-    client.force_login(user)
-    client.user = user
-    return client
-
-
 @pytest.mark.django_db
 def test_the_audit_page_is_reachable_from_the_rindle_app_index(operator):
     """The rindle app index links the audit; opening it shows the form and runs nothing."""

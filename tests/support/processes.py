@@ -1,9 +1,12 @@
 """
-The parent's side of the suite's child processes: the command line that runs one,
-and a line-protocol child whose stdout is read as it runs (tests/support/children.py
-is the child's side).
+The parent's side of the suite's child processes: the environment that points one
+at this test run's database, the command line that runs one, a free port, a clean
+stop, and a line-protocol child whose stdout is read as it runs
+(tests/support/children.py is the child's side).
 """
 
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -13,10 +16,34 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from tests.conftest import child_env
-
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60
+
+
+def child_env(**extra):
+    """Environment for a subprocess that must use this test run's database."""
+    env = dict(os.environ)
+    env["RINDLE_TEST_DATABASE_NAME"] = str(connection.settings_dict["NAME"])
+    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 that was free a moment ago, for a server child."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop(proc, timeout):
+    """SIGTERM ``proc``; SIGKILL it if it still runs after ``timeout`` seconds; reap it."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def command(module, *args):

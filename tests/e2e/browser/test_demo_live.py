@@ -10,7 +10,6 @@ the other user's pages within ``LIVE_MS``. Screenshots and the server's log go t
 """
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 from project.demo.management.commands.rindle_seed_demo import seed_rows
 from rindle_app.testing import running
 from tests.conftest import CI, child_env
+from tests.support.processes import free_port, stop
 
 from .chromium import CHROMIUM, CHROMIUM_ARGS
 
@@ -52,12 +52,6 @@ def _sync_playwright():
     return sync_playwright
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_until_up(url, proc, log_path, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -82,7 +76,7 @@ def live_server(log_name, ready_path, **env):
     """
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / log_name
-    base = f"http://127.0.0.1:{_free_port()}"
+    base = f"http://127.0.0.1:{free_port()}"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "runserver", "--noreload", base.split("//")[1]],
@@ -95,12 +89,7 @@ def live_server(log_name, ready_path, **env):
             _wait_until_up(base + ready_path, proc, log_path)
             yield base
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, 10)
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ from rindle_app.models import ChangeEvent, ClientMutation
 from rindle_app.named import resolve
 from tests.conftest import CI, child_env
 from tests.support.adapters import HIDDEN_BODY
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,12 +81,6 @@ def node_or_skip():
     if CI:
         pytest.fail(f"{problem} (CI=true: the published-client judge must run)")
     pytest.skip(problem)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

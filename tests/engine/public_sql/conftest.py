@@ -1,6 +1,5 @@
 """Fixtures of the public SQL tests: the views' engine, callers, and a state snapshot."""
 
-import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -8,11 +7,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.utils import timezone
-from rest_framework.test import APIClient
 
-from rindle_app import tokens
-from rindle_app.engine import get_engine, shutdown
 from rindle_app.testing import outbox_high_water
+from tests.support import views
+from tests.support.views import post, token_client  # noqa: F401  (re-exported for the tests)
+
+# The views' engine and alice (tests/support/views.py), for this folder's tests.
+engine, alice = views.engine, views.alice
 
 ISSUE = (
     'INSERT INTO issue (id, title, status, priority, "ownerId", "createdAt", "updatedAt") '
@@ -21,35 +22,9 @@ ISSUE = (
 
 
 @pytest.fixture
-def engine(transactional_db):
-    """The engine the views use (``get_engine()``), stopped after the test."""
-    shutdown()
-    yield get_engine()
-    shutdown()
-
-
-@pytest.fixture
-def alice(engine, django_user_model):
-    return django_user_model.objects.create_user("alice", password="pw")
-
-
-def token_client(user, *scopes, tables=()):
-    raw, token = tokens.create(user, list(scopes), tables=tables)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    client.token, client.raw_token = token, raw
-    return client
-
-
-@pytest.fixture
 def sql(alice):
     """A token client of alice's with the sql scope, allowed to write ``issue`` only."""
     return token_client(alice, "sql", tables=["issue"])
-
-
-def post(client, url, body):
-    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    return client.post(url, data, content_type="application/json")
 
 
 def rows(sql, params=()):

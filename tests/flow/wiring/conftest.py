@@ -9,8 +9,8 @@ from channels.db import database_sync_to_async
 
 from rindle_app import flow
 from rindle_app.models import FlowDayRecord
-from tests.api.conftest import token_client  # noqa: F401  (re-exported for the tests)
 from tests.realtime.conftest import ORIGIN, Client, live  # noqa: F401
+from tests.support.views import token_client  # noqa: F401  (re-exported for the tests)
 
 
 def today(namespace):

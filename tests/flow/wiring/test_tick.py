@@ -5,7 +5,6 @@ ledger, drops aged rows and caches the fleet.
 """
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from rindle_app.flow import DAY_MS, FlowLedger, FlowStore, Transfer, now_ms, quo
 from rindle_app.models import FlowDayRecord
 from rindle_app.tasks import flow_tick
 from tests.conftest import celery_beat_worker, child_env
-from tests.support.processes import ROOT, command
+from tests.support.processes import ROOT, command, free_port
 
 from .conftest import stored
 
@@ -100,12 +99,6 @@ def test_a_process_flushes_at_exit_and_a_sigkill_loses_the_unflushed_tick(how, k
     assert "counted" in proc.stdout, proc.stderr
     rows = [(r["bytes_in"], r["bytes_out"], r["transfers"]) for r in stored("child-ns")]
     assert rows == ([(7, 11, 1)] if kept else [])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
