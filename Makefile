@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NODE_STAMP := tests/node/node_modules/.installed
+NODE_STAMP := tests/e2e/node/node_modules/.installed
 
 .PHONY: install install-test demo test bench
 
@@ -12,13 +12,13 @@ $(STAMP): requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $(STAMP)
 
-# The published npm clients the judge tests run (tests/node); without npm they are
+# The published npm clients the judge tests run (tests/e2e/node); without npm they are
 # skipped (under CI=true they fail).
-$(NODE_STAMP): tests/node/package-lock.json
+$(NODE_STAMP): tests/e2e/node/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
-		npm ci --prefix tests/node --silent --no-audit --no-fund && touch $(NODE_STAMP); \
+		npm ci --prefix tests/e2e/node --silent --no-audit --no-fund && touch $(NODE_STAMP); \
 	else \
-		echo "npm not found: tests/node is not installed (its judge tests will skip)" >&2; \
+		echo "npm not found: tests/e2e/node is not installed (its judge tests will skip)" >&2; \
 	fi
 
 # What the demo needs: the Python packages.

@@ -20,6 +20,7 @@ from django.db import connection
 
 from rindle_app.pytest_plugin import rindle_runtime  # noqa: F401  (the plugin's fixture)
 from rindle_app.testing import running
+from tests.support.processes import child_env, stop  # noqa: F401  (child_env: for the tests)
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -67,6 +68,22 @@ def _fresh_runtime(rindle_runtime):  # noqa: F811  (the fixture, not the import)
 
 
 @pytest.fixture
+def operator(client, django_user_model):
+    """The test client signed in as a superuser: the admin's operator."""
+    client.force_login(django_user_model.objects.create_superuser("operator", "op@example.com"))
+    return client
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    """The test client signed in as a staff user without permissions (``client.user``)."""
+    user = django_user_model.objects.create_user("staff", is_staff=True)
+    client.force_login(user)
+    client.user = user
+    return client
+
+
+@pytest.fixture
 def redis_url():
     return require_service("Redis", REDIS_URL)
 
@@ -98,15 +115,6 @@ def scrape_metrics():
     return response.content.decode()
 
 
-def child_env(**extra):
-    """Environment for a subprocess that must use this test run's database."""
-    env = dict(os.environ)
-    env["RINDLE_TEST_DATABASE_NAME"] = str(connection.settings_dict["NAME"])
-    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 # Property tests: a fixed budget in CI; RINDLE_SOAK=N multiplies every budget by N
 # for a soak. A failure prints a blob that replays it (@reproduce_failure).
 from hypothesis import HealthCheck  # noqa: E402
@@ -128,11 +136,12 @@ def examples(n):
 
 
 @contextmanager
-def celery_beat_worker(settings_module, redis_url, workdir, **env):
+def celery_beat_worker(task, redis_url, workdir, **env):
     """
-    A real ``celery -A project worker -B`` with ``settings_module``, on a queue of its
-    own (so concurrent runs on one broker never take each other's tasks); yields
-    (process, log path), and stops it and drops its queue afterwards.
+    A real ``celery -A project worker -B`` whose beat schedules only ``task``
+    (tests/support/celery_settings.py), on a queue of its own (so concurrent runs on
+    one broker never take each other's tasks); yields (process, log path), and stops
+    it and drops its queue afterwards.
     """
     queue = f"rindle-test-{uuid.uuid4().hex[:12]}"
     log = workdir / "celery.log"
@@ -143,9 +152,10 @@ def celery_beat_worker(settings_module, redis_url, workdir, **env):
     ]
     root = Path(__file__).resolve().parent.parent
     environment = child_env(
-        DJANGO_SETTINGS_MODULE=settings_module,
+        DJANGO_SETTINGS_MODULE="tests.support.celery_settings",
         REDIS_URL=redis_url,
         RINDLE_TEST_CELERY_QUEUE=queue,
+        RINDLE_TEST_CELERY_TASK=task,
         PYTHONPATH=str(root),
         **env,
     )
@@ -156,12 +166,7 @@ def celery_beat_worker(settings_module, redis_url, workdir, **env):
     try:
         yield proc, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 30)
         import redis
 
         redis.Redis.from_url(redis_url).delete(queue)

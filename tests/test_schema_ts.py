@@ -15,7 +15,7 @@ from rindle_app.schema_ts import render
 from tests.conftest import CI
 
 NODE_MODULES = Path(
-    os.environ.get("RINDLE_NODE_MODULES", Path(__file__).parent / "node" / "node_modules")
+    os.environ.get("RINDLE_NODE_MODULES", Path(__file__).parent / "e2e" / "node" / "node_modules")
 )
 
 TABLE = re.compile(

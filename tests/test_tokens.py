@@ -146,12 +146,6 @@ def test_rindle_token_revoke(alice):
 # --- the admin --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def operator(client, django_user_model):
-    client.force_login(django_user_model.objects.create_superuser("operator", "op@example.com"))
-    return client
-
-
 def test_the_admin_lists_tokens_by_prefix_never_their_hash(operator, alice):
     raw, token = tokens.create(alice, ["read"], name="ci job")
     listing = operator.get(reverse("admin:rindle_app_rindletoken_changelist"))

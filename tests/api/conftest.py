@@ -1,30 +1,17 @@
 """Fixtures of the HTTP API tests: the process's engine, users, and clients of each kind."""
 
-import json
-
 import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
-from rest_framework.test import APIClient
 
 from project.demo import models as demo
-from rindle_app import tokens
-from rindle_app.engine import get_engine, shutdown
 from rindle_app.testing import outbox_high_water
+from tests.support import views
+from tests.support.views import post, token_client  # noqa: F401  (re-exported for the tests)
 
-
-@pytest.fixture
-def engine(transactional_db):
-    """The engine the views use (``get_engine()``), stopped after the test."""
-    shutdown()
-    yield get_engine()
-    shutdown()
-
-
-@pytest.fixture
-def alice(engine, django_user_model):
-    return django_user_model.objects.create_user("alice", password="pw")
+# The views' engine and alice (tests/support/views.py), for this folder's tests.
+engine, alice = views.engine, views.alice
 
 
 @pytest.fixture
@@ -37,27 +24,10 @@ def session(alice):
     return client
 
 
-def token_client(user, *scopes, **kwargs):
-    raw, token = tokens.create(user, list(scopes), **kwargs)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    client.raw_token, client.token = raw, token
-    return client
-
-
 @pytest.fixture
 def machine(alice):
     """A client authenticated by a token of alice's holding every route's scope."""
     return token_client(alice, "read", "mutate", "schema")
-
-
-def post(client, url, body, **extra):
-    """POST ``body`` as JSON (a str is sent as is); a session client sends its CSRF token."""
-    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    csrf = getattr(client, "csrf", None)
-    if csrf is not None:
-        extra.setdefault("HTTP_X_CSRFTOKEN", csrf)
-    return client.post(url, data, content_type="application/json", **extra)
 
 
 def state():

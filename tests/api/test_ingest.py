@@ -7,8 +7,8 @@ bound to the token's user.
 import pytest
 
 from rindle_app.testing import outbox_high_water
+from tests.engine.conftest import scratch_table
 
-from ..ingest.conftest import scratch_table
 from .conftest import post, token_client
 
 TABLE = "ingest_http"

@@ -7,9 +7,9 @@ from django.conf import settings
 from django.test import Client, override_settings
 
 from rindle_app.checks import check_settings
+from tests.engine.conftest import scratch_table
 
 from ..conftest import METRICS_TOKEN, scrape_metrics
-from ..ingest.conftest import scratch_table
 
 
 def gauge(text, name):

@@ -114,7 +114,7 @@ def test_unknown_mutators_and_bad_args_are_rejections(engine, machine):
 
 def test_the_adapter_refusing_a_mutation_rejects_it(engine, machine):
     """authorize_mutation returning False rejects the envelope; the lmid still advances."""
-    rindle = {**settings.RINDLE, "ADAPTER": "tests.api.adapters.Refusing"}
+    rindle = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.Refusing"}
     with override_settings(RINDLE=rindle):
         outcome = post(machine, URL, {"envelope": create("i1", 1)}).json()
     assert (outcome["rejected"], outcome["code"], outcome["lmid"]) == (True, "unauthorized", 1)

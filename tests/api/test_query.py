@@ -15,7 +15,9 @@ PAGE = {"name": "issuesPage", "args": {"limit": 20}}
 
 
 def refusing():
-    return override_settings(RINDLE={**settings.RINDLE, "ADAPTER": "tests.api.adapters.Refusing"})
+    return override_settings(
+        RINDLE={**settings.RINDLE, "ADAPTER": "tests.support.adapters.Refusing"}
+    )
 
 
 def test_a_session_user_gets_a_lease_for_the_query_it_asked(engine, session, alice):

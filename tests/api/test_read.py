@@ -130,7 +130,7 @@ def test_a_one_query_reads_a_list_of_at_most_one_row(engine, machine):
 def test_the_adapters_read_rules_apply(engine, machine, alice):
     """Rows the read rules hide are not read, counted or joined."""
     seed(engine)
-    rindle = {**settings.RINDLE, "ADAPTER": "tests.api.adapters.HidesDone"}
+    rindle = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.HidesDone"}
     with override_settings(RINDLE=rindle):
         body = post(machine, URL, {"name": "issuesPage", "args": {"limit": 50}}).json()
         want, _key = reference(engine, "issuesPage", {"limit": 50}, alice)
@@ -212,7 +212,7 @@ def test_a_root_aggregate_is_refused_as_a_server_error(engine, machine):
 
 def test_unauthorized_reads_and_scopes(engine, machine, session, alice):
     """The adapter's refusal is a 403; a token needs the read scope; a session needs CSRF."""
-    rindle = {**settings.RINDLE, "ADAPTER": "tests.api.adapters.Refusing"}
+    rindle = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.Refusing"}
     with override_settings(RINDLE=rindle):
         error(post(machine, URL, {"name": "issueDetail", "args": "i1"}), 403, "unauthorized")
     error(post(token_client(alice, "schema"), URL, {"name": "users"}), 403, "insufficient_scope")

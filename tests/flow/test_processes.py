@@ -6,27 +6,23 @@ after its restart with the same node id.
 
 import random
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from rindle_app.flow import FlowLedger, FlowStore
 from rindle_app.models import FlowDayRecord
+from tests.conftest import child_env
+from tests.support.processes import ROOT, command
 
-from ..conftest import child_env
 from .conftest import NOON
-
-CHILD = Path(__file__).resolve().parent / "flow_child.py"
-ROOT = CHILD.parent.parent.parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def spawn(node, count, flush_every):
     return subprocess.Popen(
-        [sys.executable, str(CHILD), node, str(count), str(flush_every), str(NOON)],
+        command("flow_child", "ledger", node, count, flush_every, NOON),
         cwd=ROOT,
         env=child_env(),
         stdout=subprocess.PIPE,

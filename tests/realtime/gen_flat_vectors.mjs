@@ -12,14 +12,14 @@
 //     `data` after every batch. The protocol checks (fingerprint, comparator, seq) and the fold
 //     are the packages' own; any error or rejection exits non-zero.
 //
-// The packages are loaded from $RINDLE_NPM_ROOT (default tests/node, where `make install`
-// runs `npm ci` on the pinned tests/node/package-lock.json).
+// The packages are loaded from $RINDLE_NPM_ROOT (default tests/e2e/node, where `make install`
+// runs `npm ci` on the pinned tests/e2e/node/package-lock.json).
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const root = process.env.RINDLE_NPM_ROOT || new URL("../node", import.meta.url).pathname;
+const root = process.env.RINDLE_NPM_ROOT || new URL("../e2e/node", import.meta.url).pathname;
 const rindle = await import(pathToFileURL(join(root, "node_modules/@rindle/remote/dist/index.js")).href);
 
 const input = JSON.parse(readFileSync(0, "utf8"));

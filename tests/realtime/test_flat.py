@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 VECTORS = HERE / "flat-vectors.json"
 SCRIPT = HERE / "gen_flat_vectors.mjs"
 CONFORMANCE = HERE.parent / "conformance" / "schema-fp-vectors.json"
-NPM_ROOT = Path(os.environ.get("RINDLE_NPM_ROOT", Path(__file__).parents[1] / "node"))
+NPM_ROOT = Path(os.environ.get("RINDLE_NPM_ROOT", Path(__file__).parents[1] / "e2e" / "node"))
 
 
 def node_or_skip():

@@ -196,7 +196,7 @@ async def test_a_failing_named_query_is_answered_and_logged(live, log):
 
 
 async def test_a_failing_read_rule_is_answered_and_logged(live, settings, log):
-    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.realtime.adapters.BrokenReadRules"}
+    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.BrokenReadRules"}
     client = Client()
     assert await client.connect()
     (reply,) = await subscribe(client, 1, "users")
@@ -208,7 +208,7 @@ async def test_a_failing_read_rule_is_answered_and_logged(live, settings, log):
 async def test_a_failing_adapter_during_a_mutation_is_answered(live, settings, log):
     settings.RINDLE = {
         **settings.RINDLE,
-        "ADAPTER": "tests.realtime.adapters.BrokenMutations",
+        "ADAPTER": "tests.support.adapters.BrokenMutations",
         "ALLOW_ANONYMOUS_MUTATIONS": True,
     }
     client = Client()

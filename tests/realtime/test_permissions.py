@@ -17,7 +17,7 @@ db = database_sync_to_async
 
 @pytest.fixture
 def secrets(live, settings):
-    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.realtime.adapters.HidesSecrets"}
+    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.HidesSecrets"}
     User.objects.create(id="u1", name="Ada")
     for i, title in enumerate(["open plan", "secret plan"]):
         Issue.objects.create(
@@ -94,7 +94,7 @@ async def test_a_row_that_becomes_hidden_leaves_every_view(secrets):
 
 @pytest.mark.asyncio
 async def test_authorize_query_refuses_a_named_query(live, settings):
-    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.realtime.adapters.NoUsersQuery"}
+    settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.NoUsersQuery"}
     client = Client()
     assert await client.connect()
     await client.send({"t": "subscribe", "queryId": 1, "name": "users", "mode": "normalized"})
@@ -109,8 +109,7 @@ def test_a_read_rule_does_not_rename_a_count_the_client_names_from_its_own_ast(l
     from rindle_app.ivm.ast import parse
     from rindle_app.ivm.normalized import normalized_table_schemas
     from rindle_app.named import compile_permissions, resolve
-
-    from .adapters import HidesSecrets
+    from tests.support.adapters import HidesSecrets
 
     plain = resolve("issuesPage", {"limit": 5}, None)
     gated = compile_permissions(plain, HidesSecrets().read_rules(None))
