@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import django
 
@@ -36,6 +37,7 @@ def main():
                     "candidate": progress.candidate_seq,
                     "advanced": progress.advanced,
                     "timed_out": progress.fence_timed_out,
+                    "at": time.monotonic(),
                 }
             )
             + "\n"
@@ -53,7 +55,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if seconds:
         threading.Timer(seconds, stop.set).start()
-    out.write(json.dumps({"t": "ready"}) + "\n")
+    out.write(json.dumps({"t": "ready", "at": time.monotonic()}) + "\n")
     out.flush()
     wm.run(stop)
     wm.close()
