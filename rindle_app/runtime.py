@@ -7,7 +7,10 @@ delegates to it, so whichever of them runs first starts what it needs, in this o
 
 1. the engine: its writer thread and table map (``Engine.start`` reads the schema);
 2. the hub (needs 1): the live-query catalog, the hub thread and, on PostgreSQL,
-   the listener thread;
+   the listener thread; then, on PostgreSQL with ``STREAM_WATERMARKER`` "embedded"
+   (the default, also under Django's test runner: live tests need safe_seq to
+   move), the watermarker thread, which competes for the fleet's lease and
+   publishes safe_seq while it holds it (``stream/watermark.py``);
 3. the usage ledger: ``FlowLedger.start`` reads the store once;
 4. the flush tick (needs 3): a thread flushing 3 every ``FLOW_FLUSH_SECONDS``,
    started by the serving path only and never inside Django's test environment;
@@ -17,7 +20,8 @@ delegates to it, so whichever of them runs first starts what it needs, in this o
 Each part starts on first use, after the parts it needs, and never twice.
 ``shutdown()`` stops them in the reverse order: it drops 6 and 5, stops 4, flushes
 3 one last time (never into another database than the one it started on), closes
-2, then drains and closes 1.
+2 (the watermarker first, which releases its lease, then the hub), then drains and
+closes 1.
 
 Where it starts and stops. Daphne sends no ASGI lifespan events, so under Daphne
 first use through the accessor is the start; a server that speaks lifespan can
@@ -40,7 +44,9 @@ part is read without a lock (one attribute load and a liveness check): the hot
 paths (a request's ``get_engine()``, a socket's ``quota.meter()``) take no lock.
 The threads the parts run are documented where they are: the writer
 (``engine/writer.py``), the hub (``realtime/hub.py``), the listener
-(``stream/notify.py``) and the flush tick (``flow/tick.py``).
+(``stream/notify.py``), the watermarker (``stream/watermark.py``: one thread with
+its own connection, woken by LISTEN on ``rindle_outbox``, stepping at most once
+per ``STREAM_REFRESH_SECONDS``) and the flush tick (``flow/tick.py``).
 """
 
 import atexit
@@ -72,6 +78,7 @@ class Runtime:
         self._flow_lock = threading.RLock()
         self._engine = None
         self._hub = None
+        self._watermarker = None
         self._ledger = None
         self._tick = None
         self._tick_decided = False
@@ -139,12 +146,32 @@ class Runtime:
                     from .realtime.hub import Hub  # the transport; core modules never import it
 
                     hub = self._hub = Hub(engine)
+                    self._start_watermarker()
         return hub.start()
 
+    @property
+    def watermarker(self):
+        """The watermarker this process runs beside its hub, or None (starts nothing)."""
+        return self._watermarker
+
+    def _start_watermarker(self):
+        if self._watermarker is not None or connections[self.using].vendor != "postgresql":
+            return
+        from .conf import rindle_settings
+
+        if rindle_settings.STREAM_WATERMARKER != "embedded":
+            return
+        from .stream.watermark import Watermarker
+
+        self._watermarker = Watermarker(self.using).start()
+
     def stop_hub(self):
-        """Close the hub (``shutdown_hubs()``); the engine keeps running."""
+        """Close the watermarker and the hub (``shutdown_hubs()``); the engine keeps running."""
         with self._engine_lock:
             hub, self._hub = self._hub, None
+            watermarker, self._watermarker = self._watermarker, None
+        if watermarker is not None:
+            watermarker.close()
         if hub is not None:
             hub.close()
 

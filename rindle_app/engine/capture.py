@@ -130,12 +130,10 @@ BEGIN
     IF TG_OP <> 'DELETE' THEN new_image := to_jsonb(NEW); END IF;
     SELECT jsonb_agg(COALESCE(old_image, new_image) -> k ORDER BY i)
       INTO key_image FROM unnest(TG_ARGV) WITH ORDINALITY AS u(k, i);
-    -- The writer side of the outbox fence (stream.fence), taken before the seq is
-    -- allocated and held to commit: a reader that takes the exclusive side knows
-    -- every seq below the greatest committed one is committed or gone.
-    PERFORM pg_advisory_xact_lock_shared({FENCE_KEY});
-    INSERT INTO {OUTBOX} (txid, "table", op, pk, old, new) VALUES (
-        pg_current_xact_id()::text::bigint, TG_TABLE_NAME,
+    -- seq 0 stands for "draw it behind the fence": the outbox's guard trigger
+    -- takes the shared side of the fence, then draws the seq (see _PG_GUARD).
+    INSERT INTO {OUTBOX} (seq, txid, "table", op, pk, old, new) VALUES (
+        0, pg_current_xact_id()::text::bigint, TG_TABLE_NAME,
         CASE TG_OP WHEN 'INSERT' THEN 'add' WHEN 'UPDATE' THEN 'edit' ELSE 'remove' END,
         key_image, old_image, new_image);
     -- Wake listeners (stream.notify): the payload is the transaction id, so a
@@ -144,6 +142,47 @@ BEGIN
     RETURN NULL;
 END $$
 """
+
+
+GUARD = "_rindle_outbox_fence"
+
+# The outbox's guard: EVERY insert into the outbox, whatever wrote it (the capture
+# function, the ORM, bulk_create, raw SQL, a data migration), takes the SHARED side
+# of the fence and only then draws its seq, so the fence is held from before the
+# seq exists until commit (the watermarker's premise, stream.watermark). Taking
+# the fence here rather than refusing an unfenced insert: the identity DEFAULT is
+# evaluated before any BEFORE trigger, so a seq drawn by the default is drawn
+# outside the fence; this trigger throws that value away (a permanent hole, which
+# readers never wait for) and draws another. An explicit seq is replaced the same
+# way, so no caller can place a row below the published watermark. Re-taking a
+# lock the transaction already holds is a local lookup, far cheaper than scanning
+# pg_locks per row to refuse (docs/benchmarks.md). A savepoint rolled back
+# releases a fence taken inside it, together with the rows it fenced; the next
+# insert takes it again.
+_PG_GUARD = f"""
+CREATE OR REPLACE FUNCTION {GUARD}() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared({FENCE_KEY});
+    NEW.seq := nextval({{sequence}}::regclass);
+    RETURN NEW;
+END $$
+"""
+
+
+def _install_guard(cursor, schema):
+    cursor.execute("SELECT quote_literal(pg_get_serial_sequence(%s, 'seq'))", [OUTBOX])
+    sequence = cursor.fetchone()[0]
+    cursor.execute(_PG_GUARD.replace("{schema}", schema).replace("{sequence}", sequence))
+    cursor.execute(
+        "SELECT 1 FROM pg_trigger WHERE tgname = %s AND tgrelid = %s::regclass",
+        [GUARD, OUTBOX],
+    )
+    if cursor.fetchone() is None:
+        cursor.execute(
+            f"CREATE TRIGGER {GUARD} BEFORE INSERT ON {OUTBOX} FOR EACH ROW "
+            f"EXECUTE FUNCTION {GUARD}()"
+        )
 
 
 def _pg_trigger_sql(table):
@@ -174,7 +213,9 @@ def _install_postgres(cursor, table):
     # the outbox) is still captured, as the function's owner; its search_path is fixed
     # so nothing the writer's session resolves can stand in for the outbox.
     cursor.execute("SELECT quote_ident(current_schema())")
-    cursor.execute(_PG_FUNCTION.replace("{schema}", cursor.fetchone()[0]))
+    schema = cursor.fetchone()[0]
+    _install_guard(cursor, schema)
+    cursor.execute(_PG_FUNCTION.replace("{schema}", schema))
     wanted = _pg_trigger_sql(table)
     names = trigger_names(table.name)
     for op, sql in wanted.items():

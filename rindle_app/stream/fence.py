@@ -5,7 +5,8 @@ Sequence numbers are allocated when a row is captured, but transactions commit i
 their own order: seq 11 can be visible while seq 10's transaction is still open. A
 reader that moved past 11 would never see 10. So every capturing transaction holds
 the SHARED side of an advisory lock from before its first seq to its commit (the
-capture trigger takes it), and ``safe_seq`` takes the EXCLUSIVE side, which waits
+outbox's guard trigger takes it, ``engine.capture``), and ``safe_seq`` takes the
+EXCLUSIVE side, which waits
 until every transaction that had allocated a seq has ended, then reads the greatest
 committed seq in a fresh statement: everything at or below it is final.
 
@@ -13,6 +14,9 @@ The exclusive lock is held for one statement and waits at most ``timeout``
 seconds; past that (a long transaction writing captured rows), ``safe_seq``
 returns None and the reader tries again later rather than skip anything. SQLite
 needs none of this: its write lock already orders commits by seq.
+
+``stream.watermark`` now publishes the same value for the whole fleet; this
+per-reader helper stays until the readers read the published one.
 """
 
 from django.db import connections
