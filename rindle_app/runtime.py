@@ -141,6 +141,11 @@ class Runtime:
                     hub = self._hub = Hub(engine)
         return hub.start()
 
+    @property
+    def running_hub(self):
+        """The hub if it started, else None (starts nothing)."""
+        return self._hub
+
     def stop_hub(self):
         """Close the hub (``shutdown_hubs()``); the engine keeps running."""
         with self._engine_lock:
