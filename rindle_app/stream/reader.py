@@ -108,14 +108,16 @@ def read_transaction(using, *, fresh=False):
             conn.close()
 
 
+# SQLite's safe_seq: the greatest seq (its write lock orders commits by seq), and
+# never below what retention pruned (an outbox pruned empty has no greatest seq).
+_SQLITE_SAFE = f"MAX(safe_seq, horizon - 1, (SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}))"
+
+
 def _state_sql(vendor):
     table = stream_state.TABLE
     if vendor == "postgresql":
         return f"SELECT epoch, safe_seq, horizon FROM {table} WHERE name = %s"
-    return (
-        f"SELECT epoch, MAX(safe_seq, (SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX})), "
-        f"horizon FROM {table} WHERE name = %s"
-    )
+    return f"SELECT epoch, {_SQLITE_SAFE}, horizon FROM {table} WHERE name = %s"
 
 
 def _read_state(cursor):
@@ -232,7 +234,7 @@ def _tail_sql(vendor):
             "WHERE s.name = %s ORDER BY e.seq"
         )
     return (
-        f"SELECT s.epoch, MAX(s.safe_seq, (SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX})), "
+        f"SELECT s.epoch, {_SQLITE_SAFE}, "
         f's.horizon, e.seq, e."table", e.old, e.new '
         f"FROM {table} AS s LEFT JOIN {OUTBOX} AS e ON e.seq > %s "
         "WHERE s.name = %s ORDER BY e.seq"
