@@ -5,11 +5,16 @@ One ``Hub`` per engine keeps the catalog (``LiveQueries``) current and owns ever
 websocket subscription of the process. A thread advances the catalog: it wakes on
 each commit of this process's engine (which hands its outbox rows over in
 process) and, for other processes' writes, on a Postgres notification or every
-``POLL_INTERVAL``. On SQLite a commit of this process is usually applied by the
-committing thread itself, right after the commit, when the hub is free
-(``_on_commit``). For each commit it encodes each changed query's ops once,
-wraps them per subscriber (queryId, epoch, seq), appends one ``progress`` per
-connection that received data, and hands every connection its frames.
+``POLL_INTERVAL``. On Postgres the tail reads only up to the published watermark
+(``stream.reader``), so the notification that matters is the watermarker's
+(``rindle_watermark``: safe_seq moved); a tail that cannot go on (below the
+retention horizon, another epoch) re-hydrates and every subscriber is told to
+re-subscribe (``_resnapshot``), as on a schema change. On SQLite a commit of this
+process is usually applied by the committing thread itself, right after the
+commit, when the hub is free (``_on_commit``). For each commit it encodes each
+changed query's ops once, wraps them per subscriber (queryId, epoch, seq), appends
+one ``progress`` per connection that received data, and hands every connection
+its frames.
 
 Frames go straight to the connections of this process, through one call per
 event loop and commit into each connection's queue (its consumer's sender task
