@@ -1,7 +1,7 @@
 """
 TEMPORARY until the Watermarker merges (branch ``wm``, ``stream/watermark.py``):
-the lead deletes this module and its two call sites in ``realtime/hub.py`` (marked
-"TEMPORARY") at the merge.
+the lead deletes this module and every line marked "TEMPORARY" in
+``realtime/hub.py`` and ``tests/stream/test_reader_wake.py`` at the merge.
 
 Readers tail only up to the published safe_seq, and until the watermarker runs
 nothing publishes it. So the hub thread, on PostgreSQL, publishes it itself at most
