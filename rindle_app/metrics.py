@@ -120,14 +120,29 @@ class EngineCollector:
             "Write requests waiting for the engine's writer.",
             labels=["database"],
         )
+        resnapshots = CounterMetricFamily(
+            "rindle_stream_resnapshots",
+            "Times this process's live queries re-hydrated because their tail could not go "
+            "on (below_horizon: retention pruned what they had not read; epoch_mismatch: "
+            "a restored database), by reason. Every subscription got a fresh snapshot.",
+            labels=["database", "reason"],
+        )
         for runtime in runtimes():
             using, engine = runtime.using, runtime.running_engine
             if engine is None:
                 continue
             producers.add_metric([using], engine.producer_census.get())
             queue.add_metric([using], engine.queue_depth)
+            hub = runtime.running_hub
+            live = getattr(hub, "live", None)
+            if live is not None:
+                from .exceptions import ResnapshotRequired as R
+
+                for reason in (R.BELOW_HORIZON, R.EPOCH_MISMATCH):
+                    resnapshots.add_metric([using, reason], live.resnapshots[reason])
         yield producers
         yield queue
+        yield resnapshots
 
     def describe(self):
         return []

@@ -165,6 +165,11 @@ class Runtime:
 
         self._watermarker = Watermarker(self.using).start()
 
+    @property
+    def running_hub(self):
+        """The hub if it started, else None (starts nothing)."""
+        return self._hub
+
     def stop_hub(self):
         """Close the watermarker and the hub (``shutdown_hubs()``); the engine keeps running."""
         with self._engine_lock:

@@ -35,6 +35,32 @@ def outbox_high_water(using="default"):
         return cursor.fetchone()[0]
 
 
+def publish_watermark(using="default", timeout=5.0):
+    """
+    Publish the outbox watermark now, as a watermark step does, and return it: the
+    greatest seq no open transaction can still commit below (waiting up to
+    ``timeout`` seconds for the capturing transactions in flight), raised into the
+    stream's state row. Readers tail only up to it, so a test that reads without a
+    running hub (``LiveQueries``, ``read_query``) calls this where a watermarker
+    would have run. On SQLite the watermark is always the greatest seq: it only
+    makes sure the state row exists. None (nothing published) when a capturing
+    transaction stayed open past ``timeout``.
+    """
+    from django.db import transaction
+
+    from .stream import fence, state
+
+    conn = connections[using]
+    if conn.vendor != "postgresql":
+        with conn.cursor() as cursor:
+            return state.read(cursor).safe_seq
+    seq = fence.safe_seq(using, timeout)
+    if seq is None:
+        return None
+    with transaction.atomic(using), conn.cursor() as cursor:
+        return state.publish(cursor, seq)
+
+
 def outbox_since(seq, using="default"):
     """Captured events after ``seq`` as dicts, oldest first."""
     from .models import ChangeEvent

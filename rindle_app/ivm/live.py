@@ -3,45 +3,54 @@ The live queries of one process: a catalog hydrated from the database at a
 version, then kept current by applying only the commits after that version.
 """
 
+import logging
 import threading
-import time
-from collections import deque
+from collections import Counter, deque
 
-from ..stream.fence import safe_seq
-from ..stream.reader import changes_after, decode, snapshot
+from ..exceptions import ResnapshotRequired
+from ..stream.reader import decode, hydrate, tail
 from .catalog import Catalog
 
-FENCE_TIMEOUT = 0.05  # seconds the exclusive side of the outbox fence may wait
-FENCE_BACKOFF = 0.1  # seconds before trying again after it timed out
+logger = logging.getLogger("rindle.ivm")
 
 
 class LiveQueries:
     """
     Hydrates a ``Catalog`` over the engine's registered tables and advances it.
 
-    The snapshot and its version are read in one transaction, so the next step
-    continues exactly where the snapshot ends: no change is lost or applied twice
-    in between. Each step applies every commit after the catalog's version: those
-    the engine's writer handed over in process (``handoff=True``: it reads its own
-    transaction's outbox rows before committing, so no read is needed here) when
-    they continue the catalog's version, and otherwise the outbox, read.
+    The snapshot and its version are read in one snapshot (``stream.reader.hydrate``)
+    taking no lock: the catalog starts at the published ``safe_seq`` S of that
+    snapshot, and the changes above S the snapshot already holds (its skip set) are
+    skipped when the tail reaches them, so no change is lost or applied twice. Each
+    step applies every commit after the catalog's version: those the engine's writer
+    handed over in process (``handoff=True``, SQLite: it reads its own transaction's
+    outbox rows before committing, so no read is needed here) when they continue the
+    catalog's version, and otherwise the outbox, read up to the published safe_seq.
+
+    A tail that cannot go on raises ``ResnapshotRequired`` from ``poll``: its next
+    seq is below the horizon (retention pruned changes it has not applied), or the
+    stream's epoch changed since hydration (a restored database numbers its seqs
+    anew). Going on would skip changes silently, so the caller tears the queries
+    down and calls ``rehydrate`` (the hub: ``realtime.hub.Hub.step``); each one is
+    logged and counted in ``resnapshots`` (exported on /metrics).
     """
 
     def __init__(self, engine, *, handoff=False):
         self.engine = engine
         self.catalog = None
+        self.epoch = None  # the stream epoch the catalog's version counts in
         self._handoff = handoff
         self._handed = deque()
         self._lock = threading.Lock()
-        self._fence_retry_at = 0.0
-        # table -> version: a table reloaded at that version skips its changes up to it.
+        # Seqs above the hydration version whose changes the hydrated rows hold.
+        self._skip = frozenset()
+        # table -> (version, seqs): a table re-read at that version, holding those seqs
+        # above it, skips its changes up to the version and those seqs.
         self._floors = {}
+        self.resnapshots = Counter()  # reason -> re-hydrations
 
     def start(self):
-        tables = list(self.engine.tables)
-        version, rows = snapshot(self.engine.using, tables)
-        self.catalog = Catalog(self.engine.tables)
-        self.catalog.load(version, rows)
+        self._hydrate()
         if self._handoff:
             self.engine.add_change_listener(self._since, self._deliver)
         return self
@@ -49,6 +58,27 @@ class LiveQueries:
     def stop(self):
         if self._handoff:
             self.engine.remove_change_listener(self._deliver)
+
+    def _hydrate(self):
+        snap = hydrate(self.engine.using, list(self.engine.tables))
+        catalog = Catalog(self.engine.tables)
+        catalog.load(snap.version, snap.rows)
+        self.catalog, self.epoch = catalog, snap.state.epoch
+        self._skip, self._floors = snap.skip, {}
+
+    def rehydrate(self, reason):
+        """
+        Replace the catalog by a fresh one hydrated now (its queries are gone: the
+        caller re-registers them), after a ``ResnapshotRequired`` of ``reason``.
+        """
+        logger.warning(
+            "rindle live queries of %r: re-hydrating (%s) from version %s",
+            self.engine.using,
+            reason,
+            self.catalog.version if self.catalog is not None else None,
+        )
+        self.resnapshots[reason] += 1
+        self._hydrate()
 
     @property
     def version(self):
@@ -69,61 +99,84 @@ class LiveQueries:
     def poll(self):
         """
         Apply every commit after the current version as one step; returns
-        (version, {query key: ops}, [Fault]).
+        (version, {query key: ops}, [Fault]). Raises ``ResnapshotRequired`` when the
+        tail cannot go on (see the class).
         """
         tables = self.engine.tables.by_name()
         events = self._take_handed(tables)
+        version = None
         if events is None:
-            events = self._read(tables)
-        if not events:
+            events, version = self._read(tables)
+        if events:
+            version = max(version or 0, events[-1][0])
+        if version is None or version <= self.catalog.version:
             return self.catalog.version, {}, []
-        version = events[-1][0]
-        floors = self._floors
-        if floors:
-            changes = [
-                (name, old, new)
-                for seq, name, old, new in events
-                if name in tables and seq > floors.get(name, 0)
-            ]
-            self._floors = {t: v for t, v in floors.items() if v > version}
-        else:
-            changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
+        changes = [
+            (name, old, new)
+            for seq, name, old, new in events
+            if name in tables and not self._skipped(seq, name)
+        ]
+        self._forget_skips(version)
         outputs, faults = self.catalog.commit(version, changes)
         return version, outputs, faults
+
+    def _skipped(self, seq, name):
+        if seq in self._skip:
+            return True
+        floor = self._floors.get(name)
+        return floor is not None and (seq <= floor[0] or seq in floor[1])
+
+    def _forget_skips(self, version):
+        if self._skip and max(self._skip) <= version:
+            self._skip = frozenset()
+        if self._floors:
+            self._floors = {
+                t: (v, seqs)
+                for t, (v, seqs) in self._floors.items()
+                if v > version or (seqs and max(seqs) > version)
+            }
 
     def reload_table(self, name):
         """
         Re-read one table whose definition changed (or drop it, if it is gone) while
         every other table keeps its state: its rows are read at a version H of their
-        own, and its changes up to H, already in those rows, are skipped when the
-        catalog catches up. The queries reading it must be destroyed first.
+        own (with the seqs above H they already hold), and those changes, already in
+        the rows, are skipped when the catalog catches up. The queries reading it
+        must be destroyed first.
         """
         table = self.engine.tables.by_name().get(name)
         if table is None:
             self._floors.pop(name, None)
             self.catalog.replace_table(name, None)
             return
-        version, rows = snapshot(self.engine.using, [table])
-        self.catalog.replace_table(name, rows[name])
-        if version > self.catalog.version:
-            self._floors[name] = version
+        snap = hydrate(self.engine.using, [table], table=name)
+        self.catalog.replace_table(name, snap.rows[name])
+        if snap.version > self.catalog.version or snap.skip:
+            self._floors[name] = (snap.version, snap.skip)
 
     def _read(self, tables):
-        using = self.engine.using
-        if self.engine.vendor != "postgresql":
-            return changes_after(using, self.catalog.version, tables)
-        # Only up to the fence: a seq above a still-open transaction's must wait for it.
-        # While the fence times out (a long transaction writes captured rows), writers
-        # queue behind its exclusive request, so it backs off before trying again.
-        if time.monotonic() < self._fence_retry_at:
-            return []
-        safe = safe_seq(using, timeout=FENCE_TIMEOUT)
-        if safe is None:
-            self._fence_retry_at = time.monotonic() + FENCE_BACKOFF
-            return []
-        if safe <= self.catalog.version:
-            return []
-        return [e for e in changes_after(using, self.catalog.version, tables) if e[0] <= safe]
+        """(events after the version, the version they end at) read from the outbox."""
+        current = self.catalog.version
+        read = tail(self.engine.using, current, tables)
+        if read is None:  # the state row was missing (a flushed database): a new epoch
+            raise ResnapshotRequired(
+                ResnapshotRequired.EPOCH_MISMATCH, "the stream's state row was recreated"
+            )
+        state = read.state
+        if state.epoch != self.epoch:
+            raise ResnapshotRequired(
+                ResnapshotRequired.EPOCH_MISMATCH,
+                f"the stream's epoch changed from {self.epoch} to {state.epoch}",
+            )
+        if current + 1 < state.horizon:
+            raise ResnapshotRequired(
+                ResnapshotRequired.BELOW_HORIZON,
+                f"the next seq {current + 1} is below the horizon {state.horizon}",
+            )
+        # On PostgreSQL every seq up to safe_seq is final: the step ends there even when
+        # the last ones were rolled back, so a horizon at safe_seq + 1 is no gap.
+        end = state.safe_seq if self.engine.vendor == "postgresql" else None
+        return read.events, end
 
     def _take_handed(self, tables):
         """The handed-over rows after the catalog's version, or None if they leave a gap."""

@@ -5,11 +5,16 @@ One ``Hub`` per engine keeps the catalog (``LiveQueries``) current and owns ever
 websocket subscription of the process. A thread advances the catalog: it wakes on
 each commit of this process's engine (which hands its outbox rows over in
 process) and, for other processes' writes, on a Postgres notification or every
-``POLL_INTERVAL``. On SQLite a commit of this process is usually applied by the
-committing thread itself, right after the commit, when the hub is free
-(``_on_commit``). For each commit it encodes each changed query's ops once,
-wraps them per subscriber (queryId, epoch, seq), appends one ``progress`` per
-connection that received data, and hands every connection its frames.
+``POLL_INTERVAL``. On Postgres the tail reads only up to the published watermark
+(``stream.reader``), so the notification that matters is the watermarker's
+(``rindle_watermark``: safe_seq moved); a tail that cannot go on (below the
+retention horizon, another epoch) re-hydrates and every subscriber is told to
+re-subscribe (``_resnapshot``), as on a schema change. On SQLite a commit of this
+process is usually applied by the committing thread itself, right after the
+commit, when the hub is free (``_on_commit``). For each commit it encodes each
+changed query's ops once, wraps them per subscriber (queryId, epoch, seq), appends
+one ``progress`` per connection that received data, and hands every connection
+its frames.
 
 Frames go straight to the connections of this process, through one call per
 event loop and commit into each connection's queue (its consumer's sender task
@@ -60,10 +65,19 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections, connections
 
 from ..conf import rindle_settings
-from ..exceptions import BATCH_TOO_LARGE, FAULTED, SCHEMA_CHANGED, SHED
+from ..engine.capture import NOTIFY_CHANNEL
+from ..exceptions import (
+    BATCH_TOO_LARGE,
+    FAULTED,
+    RESNAPSHOT_REQUIRED,
+    SCHEMA_CHANGED,
+    SHED,
+    ResnapshotRequired,
+)
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
-from ..stream.notify import Listener
+from ..stream.interim import _interim_publish  # TEMPORARY until the Watermarker merges
+from ..stream.notify import WATERMARK_CHANNEL, Listener
 from . import limits, wire
 
 logger = logging.getLogger("rindle.realtime")
@@ -164,6 +178,10 @@ class Hub:
         self._outgoing = {}  # event loop -> [(conn, frames)] not yet handed over
         self.poll_interval = float(rindle_settings.POLL_INTERVAL)
         self._step_inline = engine.vendor == "sqlite"
+        # TEMPORARY until the Watermarker merges: when the stand-in may publish next
+        # (stream/interim.py), and whether a wake-up found it not yet due.
+        self._interim_due = 0.0 if engine.vendor == "postgresql" else None
+        self._interim_owed = False
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -171,12 +189,18 @@ class Hub:
         with self.lock:
             if self.live is not None:
                 return self
+            if self._interim_due is not None and not connections[self.engine.using].in_atomic_block:
+                # TEMPORARY until the Watermarker merges: hydrate at a current watermark.
+                self._interim_due = _interim_publish(self.engine.using, 0.0)
             self.live = LiveQueries(self.engine, handoff=True).start()
             self.engine.add_commit_listener(self._on_commit)
             self.engine.add_schema_listener(self._on_schema_change)
             if self.engine.vendor == "postgresql":
-                # Other processes' commits arrive as notifications; the poll is a safety net.
-                self._listener = Listener(self.engine.using, self._wake.set).start()
+                # The tail reads up to the published safe_seq: the watermarker's
+                # notification says it moved. The poll is a safety net.
+                channels = [WATERMARK_CHANNEL]
+                channels.append(NOTIFY_CHANNEL)  # TEMPORARY: wakes the interim publisher
+                self._listener = Listener(self.engine.using, self._wake.set, channels).start()
                 self.poll_interval = max(self.poll_interval, 1.0)
             self._thread = threading.Thread(target=self._run, name="rindle-hub", daemon=True)
             self._thread.start()
@@ -252,11 +276,18 @@ class Hub:
     def _run(self):
         try:
             while not self._stop.is_set():
-                self._wake.wait(self.poll_interval)
+                wait = self.poll_interval
+                if self._interim_owed:  # TEMPORARY until the Watermarker merges
+                    wait = min(wait, max(0.0, self._interim_due - time.monotonic()))
+                self._wake.wait(wait)
                 self._wake.clear()
                 if self._stop.is_set():
                     break
                 try:
+                    if self._interim_due is not None:  # TEMPORARY until the Watermarker merges
+                        due = _interim_publish(self.engine.using, self._interim_due)
+                        self._interim_owed = due == self._interim_due
+                        self._interim_due = due
                     self.step()
                 except Exception:  # keep serving; the next step retries from the same version
                     logger.exception("rindle hub: step failed")
@@ -365,7 +396,11 @@ class Hub:
     def step(self):
         """Apply every commit after the catalog's version; deliver the frames it makes."""
         with self.lock:
-            version, outputs, faults = self.live.poll()
+            try:
+                version, outputs, faults = self.live.poll()
+            except ResnapshotRequired as exc:
+                self._resnapshot(exc)
+                return self.catalog.version
             if not outputs and not faults:
                 return version
             per_conn = {}
@@ -389,6 +424,28 @@ class Hub:
                 self._deliver(conn, frames)
             self._dispatch()
             return version
+
+    def _resnapshot(self, exc):
+        """
+        The tail cannot go on (``ResnapshotRequired``: below the horizon, or another
+        epoch): as on a schema change, every subscription is told (retryable, at once)
+        and dropped, so its client re-subscribes and gets a seq 0 of the catalog
+        hydrated afresh here; every query (an SSR one too) goes with the old catalog.
+        Never a silent skip. Under the lock.
+        """
+        message = f"the server re-read the database ({exc.reason}); re-subscribe"
+        for conn in list(self.conns.values()):
+            frames = []
+            for qid, sub in sorted(conn.subs.items()):
+                frames.append(
+                    wire.query_error(qid, message, RESNAPSHOT_REQUIRED, True, retry_after_ms=0)
+                )
+                self._drop(sub)
+            conn.subs.clear()
+            self._deliver(conn, frames)
+        self._encoded.clear()
+        self.live.rehydrate(exc.reason)
+        self._dispatch()
 
     def _fan_out(self, shared, ops, version, per_conn):
         encoded = self._encoding(shared)

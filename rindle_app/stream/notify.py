@@ -1,12 +1,15 @@
 """
-Commit notifications from other processes.
+Commit and watermark notifications from other processes.
 
-On PostgreSQL the capture trigger calls ``pg_notify`` with its transaction id, so
-each committed transaction that wrote captured rows sends one notification (ids,
-never rows). ``Listener`` holds a dedicated LISTEN connection and calls
-``on_commit()`` for each; the reader still reads the outbox, so a lost notification
-only delays a change until the next poll. SQLite has no notifications: readers
-poll.
+On PostgreSQL the capture trigger calls ``pg_notify`` on ``rindle_outbox`` with its
+transaction id, so each committed transaction that wrote captured rows sends one
+notification (ids, never rows); the watermarker sends one on ``rindle_watermark``
+(payload: the new safe_seq) in the transaction that advances it, so readers,
+which tail only up to the published safe_seq, wake when there is more to read.
+``Listener`` holds a dedicated LISTEN connection on its channels and calls
+``on_commit()`` for each notification; the reader still reads the outbox, so a
+lost notification only delays a change until the next poll. SQLite has no
+notifications: readers poll.
 """
 
 import logging
@@ -18,11 +21,16 @@ from ..engine.capture import NOTIFY_CHANNEL
 
 logger = logging.getLogger("rindle.stream")
 
+WATERMARK_CHANNEL = "rindle_watermark"  # the watermarker's: payload the new safe_seq
+
 
 class Listener:
-    def __init__(self, using, on_commit):
+    """Calls ``on_commit()`` for each notification on ``channels`` (see the module)."""
+
+    def __init__(self, using, on_commit, channels=(NOTIFY_CHANNEL,)):
         self.using = using
         self.on_commit = on_commit
+        self.channels = tuple(channels)
         self._stop = threading.Event()
         self._thread = None
         self.listening = threading.Event()
@@ -44,7 +52,8 @@ class Listener:
                 conn.ensure_connection()
                 raw = conn.connection
                 raw.autocommit = True
-                raw.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                for channel in self.channels:  # constants, never input
+                    raw.execute(f"LISTEN {channel}")
                 self.listening.set()
                 self.on_commit()  # anything committed before LISTEN took effect
                 while not self._stop.is_set():

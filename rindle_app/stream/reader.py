@@ -1,27 +1,45 @@
 """
-Reading the outbox: a consistent snapshot of the synced tables at a version, one
-query's view at a version, and the committed changes after a version, in order.
+Reading the outbox without a lock: a consistent snapshot of the synced tables, one
+query's view, and the committed changes after a version, in order.
 
 Rows come back as the same JSON images the capture triggers record, so a row read
 at hydration and the same row arriving as a change are equal value for value.
 
-On SQLite every read of the outbox holds whole transactions (writers are
-serialized and a read sees one snapshot), so "all changes after V" is gap-free.
-On Postgres a transaction can commit after one with a higher seq: snapshots are
-taken behind the outbox fence (see ``read_transaction``), and tails read only up to
-``stream.fence.safe_seq``.
+Every read starts from the stream's state row (``stream.state``) read in the SAME
+snapshot as the data, and never takes the exclusive side of the outbox fence, so
+no reader ever makes a writer wait:
+
+- **The tail** (``tail``) reads the state and the events ``version < seq <=
+  safe_seq`` in ONE statement. Everything at or below the published ``safe_seq``
+  is final (the watermarker published it behind the fence), so a tail never moves
+  past a seq whose transaction can still commit. It reads them all, with no LIMIT:
+  a step ends at a published ``safe_seq``, the only versions that are states the
+  database was in (transactions interleave their seqs, so a page boundary could end
+  a step halfway through two of them).
+- **Hydration** (``hydrate``) is a REPEATABLE READ READ ONLY snapshot that reads the
+  state (its ``safe_seq`` is S), the tables, and the outbox seqs above S that the
+  snapshot already holds (the skip set). Its rows are the database at S plus exactly
+  the transactions of the skip set: a tail going on from S that skips those seqs
+  applies every other change once. Per row, seq order is commit order (a capture
+  trigger allocates the seq while the row is locked), so a change applied after a
+  skipped later one of the same row cannot exist.
+- **The SSR read** (``read_query``) reads the state and the query in one such
+  snapshot and reports S: see there.
+
+On SQLite the write lock orders commits by seq, so ``safe_seq`` is the greatest
+seq (``stream.state.read``) and the skip set is always empty.
 """
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from django.db import connections
 
-from ..engine.capture import FENCE_KEY, OUTBOX, sqlite_image
+from ..engine.capture import OUTBOX, sqlite_image
 from ..engine.identifiers import quote
 from ..ivm.sql import compile_query
-
-HIGH_WATER = f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}"
+from . import state as stream_state
 
 
 def decode(table, image):
@@ -36,25 +54,40 @@ def decode(table, image):
     return image
 
 
-# How long a fenced read waits for the capturing transactions in flight to end.
-FENCE_WAIT_MS = 30_000
+@dataclass(frozen=True)
+class Snapshot:
+    """
+    Tables read at one snapshot: ``rows`` hold every change at or below
+    ``state.safe_seq`` and exactly the changes whose seqs are in ``skip`` (above it).
+    """
+
+    state: stream_state.State
+    skip: frozenset
+    rows: dict
+
+    @property
+    def version(self):
+        return self.state.safe_seq
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The state and the committed events after a version, read in one statement."""
+
+    state: stream_state.State
+    events: list  # [(seq, table name, old, new)], oldest first
 
 
 @contextmanager
 def read_transaction(using, *, fresh=False):
     """
-    A cursor inside ONE read-only transaction (REPEATABLE READ on Postgres, a
-    deferred transaction on SQLite): every statement in it reads one snapshot.
+    A cursor inside ONE read-only transaction (REPEATABLE READ READ ONLY on Postgres,
+    a deferred transaction on SQLite): every statement in it reads one snapshot,
+    fixed by its first statement. It takes no lock a writer could wait for.
 
     It runs on the thread's connection, unless ``fresh`` is set or that connection is
     inside an atomic block: a transaction begun earlier cannot give this read a
     snapshot of its own. Then it runs on a connection of its own, closed afterwards.
-
-    On Postgres the snapshot is taken behind the outbox fence (``stream.fence``):
-    while the exclusive side is held no capturing transaction is in flight, so
-    every seq at or below the snapshot's greatest one is in it. Without the fence a
-    transaction holding seq 10 could commit after the snapshot saw seq 11, and a
-    reader going on from 11 would never see 10.
     """
     own = fresh or connections[using].in_atomic_block
     conn = connections.create_connection(using) if own else connections[using]
@@ -63,7 +96,7 @@ def read_transaction(using, *, fresh=False):
             if conn.vendor == "sqlite":
                 cursor.execute("BEGIN DEFERRED")
             else:
-                _begin_fenced(cursor)
+                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 yield cursor
             finally:
@@ -75,66 +108,161 @@ def read_transaction(using, *, fresh=False):
             conn.close()
 
 
-def _begin_fenced(cursor):
-    # The lock is taken BEFORE the transaction: a repeatable-read snapshot is fixed
-    # when its first statement starts, so a lock waited for inside it comes too late.
-    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{FENCE_WAIT_MS}ms"])
+# SQLite's safe_seq: the greatest seq (its write lock orders commits by seq), and
+# never below what retention pruned (an outbox pruned empty has no greatest seq).
+_SQLITE_SAFE = f"MAX(safe_seq, horizon - 1, (SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}))"
+
+
+def _state_sql(vendor):
+    table = stream_state.TABLE
+    if vendor == "postgresql":
+        return f"SELECT epoch, safe_seq, horizon FROM {table} WHERE name = %s"
+    return f"SELECT epoch, {_SQLITE_SAFE}, horizon FROM {table} WHERE name = %s"
+
+
+def _read_state(cursor):
+    """The state row as of the cursor's snapshot, or None when it is missing."""
+    cursor.execute(_state_sql(cursor.db.vendor), [stream_state.STREAM])
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return stream_state.State(epoch=row[0], safe_seq=int(row[1]), horizon=int(row[2]))
+
+
+def _ensure_state(using):
+    """Create the state row (a fresh or flushed database) outside any read snapshot."""
+    own = connections[using].in_atomic_block
+    conn = connections.create_connection(using) if own else connections[using]
     try:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [FENCE_KEY])
+        with conn.cursor() as cursor:
+            stream_state.ensure(cursor)
     finally:
-        cursor.execute("SELECT set_config('lock_timeout', '0', false)")
-    try:
-        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        cursor.execute("SELECT 1")  # fixes the snapshot while no capture is in flight
-    finally:
-        cursor.execute("SELECT pg_advisory_unlock(%s)", [FENCE_KEY])
+        if own:
+            conn.close()
+
+
+def consistent_read(using, read, *, fresh=False):
+    """
+    ``(state, read(cursor, state))`` in one read transaction whose FIRST statement
+    reads the state, so the state and everything ``read`` reads are one snapshot.
+    A missing state row is created (outside the snapshot: it is read only) and the
+    read starts over.
+    """
+    for _attempt in range(2):
+        with read_transaction(using, fresh=fresh) as cursor:
+            current = _read_state(cursor)
+            if current is not None:
+                return current, read(cursor, current)
+        _ensure_state(using)
+    raise RuntimeError("the stream's state row vanished twice while being read")
+
+
+def hydrate(using, tables, *, table=None):
+    """
+    A ``Snapshot`` of ``tables`` (see the module docstring). With ``table`` (the name
+    of the one table re-read), the skip set holds only that table's seqs: the other
+    tables' changes are not in these rows.
+    """
+
+    def read(cursor, current):
+        vendor = cursor.db.vendor
+        rows = {}
+        for t in tables:
+            image = sqlite_image("t", t) if vendor == "sqlite" else "to_jsonb(t)"
+            cursor.execute(f"SELECT {image} FROM {quote(t.name)} AS t")
+            rows[t.name] = [decode(t, r[0]) for r in cursor.fetchall()]
+        sql, params = f"SELECT seq FROM {OUTBOX} WHERE seq > %s", [current.safe_seq]
+        if table is not None:
+            sql, params = sql + ' AND "table" = %s', params + [table]
+        cursor.execute(sql, params)
+        return frozenset(r[0] for r in cursor.fetchall()), rows
+
+    current, (skip, rows) = consistent_read(using, read, fresh=True)
+    return Snapshot(current, skip, rows)
 
 
 def snapshot(using, tables):
     """
-    (version, {table name: [rows]}) read in ONE read transaction: the rows are the
-    tables exactly as of outbox seq ``version``.
+    (version, {table name: [rows]}) read in ONE snapshot: the rows hold every change
+    at or below ``version`` (the published safe_seq), and on PostgreSQL possibly some
+    committed above it (``hydrate`` says which). The oracles' fresh read.
     """
-    with read_transaction(using, fresh=True) as cursor:
-        vendor = cursor.db.vendor
-        cursor.execute(HIGH_WATER)
-        version = cursor.fetchone()[0]
-        rows = {}
-        for table in tables:
-            image = sqlite_image("t", table) if vendor == "sqlite" else "to_jsonb(t)"
-            cursor.execute(f"SELECT {image} FROM {quote(table.name)} AS t")
-            rows[table.name] = [decode(table, r[0]) for r in cursor.fetchall()]
-    return version, rows
+    snap = hydrate(using, tables)
+    return snap.version, snap.rows
 
 
 def read_query(using, query, schema):
     """
-    (version, view) of one parsed query, read in ONE read transaction: the view (in
-    the SSR shape, cells under ``cols``) is the database exactly as of outbox seq
-    ``version``, so a live subscription can take over from that version.
+    (version, view) of one parsed query, read in ONE snapshot with the state: the
+    view (in the SSR shape, cells under ``cols``) holds every commit at or below
+    ``version``, the published safe_seq S of that snapshot.
+
+    Why S. The rows may also hold transactions committed above S (the watermark lags
+    the newest commit by up to a refresh interval, or by an open transaction). S is
+    the greatest version of which "everything up to here is in these rows" is true
+    and stays true: a seq below the newest visible one may still belong to an open
+    transaction, so naming the newest would claim changes the rows lack. A client
+    taking over lives with a low version and never with a high one. The published
+    clients keep ``cvMin`` beside the SSR rows only until the live subscription's
+    seq 0 (a fresh snapshot of the hub at its own version, stamped with its ``cv``)
+    replaces them, and release incremental frames by ``cv <= cvMin`` of progress
+    frames, which the SSR read never sends; a consumer that instead replays changes
+    after ``version`` re-applies some that are in the rows already, as row images
+    keyed by primary key, and lands where the database is. On SQLite S is the
+    greatest seq, exactly the rows' version.
     """
     sql, params = compile_query(query, connections[using].vendor, schema, render="snapshot")
-    with read_transaction(using) as cursor:
-        cursor.execute(HIGH_WATER)
-        version = cursor.fetchone()[0]
+
+    def read(cursor, _current):
         cursor.execute(sql, params)
         (text,) = cursor.fetchone()
-    return version, None if text is None else json.loads(text)
+        return text
+
+    current, text = consistent_read(using, read)
+    return current.safe_seq, None if text is None else json.loads(text)
 
 
-def changes_after(using, seq, tables):
+def _tail_sql(vendor):
+    table = stream_state.TABLE
+    if vendor == "postgresql":
+        # One statement is one snapshot: the events are exactly those at or below the
+        # safe_seq it reads, and the horizon is the one that held for them.
+        return (
+            f'SELECT s.epoch, s.safe_seq, s.horizon, e.seq, e."table", e.old, e.new '
+            f"FROM {table} AS s LEFT JOIN {OUTBOX} AS e "
+            "ON e.seq > %s AND e.seq <= s.safe_seq "
+            "WHERE s.name = %s ORDER BY e.seq"
+        )
+    return (
+        f"SELECT s.epoch, {_SQLITE_SAFE}, "
+        f's.horizon, e.seq, e."table", e.old, e.new '
+        f"FROM {table} AS s LEFT JOIN {OUTBOX} AS e ON e.seq > %s "
+        "WHERE s.name = %s ORDER BY e.seq"
+    )
+
+
+def tail(using, version, tables):
     """
-    Every committed change with outbox seq > ``seq``, oldest first, as
-    (seq, table, old, new); images of ``tables`` ({name: Table}) are decoded by type.
+    The ``Tail`` after ``version``: the state and every committed change with
+    ``version < seq <= safe_seq``, oldest first, as (seq, table, old, new); images of
+    ``tables`` ({name: Table}) are decoded by type. None when the state row is
+    missing (a flushed database): it is created, and the next read sees its new epoch.
 
     It reads all of them in one statement: on SQLite that is whole transactions,
-    where a LIMIT could cut one in two.
+    where a LIMIT could cut one in two; on PostgreSQL it ends at a safe_seq.
     """
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            f'SELECT seq, "table", old, new FROM {OUTBOX} WHERE seq > %s ORDER BY seq', [seq]
-        )
-        return [
-            (s, name, decode(tables.get(name), old), decode(tables.get(name), new))
-            for s, name, old, new in cursor.fetchall()
-        ]
+    conn = connections[using]
+    with conn.cursor() as cursor:
+        cursor.execute(_tail_sql(conn.vendor), [version, stream_state.STREAM])
+        rows = cursor.fetchall()
+    if not rows:
+        _ensure_state(using)
+        return None
+    epoch, safe, horizon = rows[0][:3]
+    current = stream_state.State(epoch=epoch, safe_seq=int(safe), horizon=int(horizon))
+    events = [
+        (s, name, decode(tables.get(name), old), decode(tables.get(name), new))
+        for _e, _s, _h, s, name, old, new in rows
+        if s is not None
+    ]
+    return Tail(current, events)

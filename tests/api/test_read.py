@@ -15,7 +15,7 @@ from rindle_app.ivm.builder import table
 from rindle_app.ivm.evaluate import evaluate
 from rindle_app.named import named_query
 from rindle_app.stream import reader
-from rindle_app.testing import outbox_high_water
+from rindle_app.testing import outbox_high_water, publish_watermark
 
 from .conftest import error, post, state, token_client
 
@@ -84,8 +84,12 @@ CASES = [
 def test_the_rows_are_the_reference_evaluators_at_the_outbox_high_water(
     engine, machine, alice, name, args
 ):
-    """rows equal the evaluator over the same data; cvMin is the outbox high-water mark."""
+    """
+    rows equal the evaluator over the same data; cvMin is the published watermark,
+    here the outbox high-water mark (published after the seed, as a watermarker would).
+    """
     seed(engine)
+    publish_watermark()
     response = post(machine, URL, {"name": name, "args": args})
     assert response.status_code == 200, response.content
     body = response.json()
@@ -164,6 +168,8 @@ def test_cv_min_is_the_version_the_rows_reflect_while_writes_land(engine, machin
             yield Racing(cursor)
 
     new_user = {"id": "zed", "name": "Zed"}
+    post(machine, URL, {"name": "users", "args": None})  # the first read makes the state row
+    publish_watermark()
     before = outbox_high_water()
     monkeypatch.setattr(reader, "read_transaction", racing)
     body = post(machine, URL, {"name": "users", "args": None}).json()
@@ -171,6 +177,7 @@ def test_cv_min_is_the_version_the_rows_reflect_while_writes_land(engine, machin
     assert body["cvMin"] == before
     assert [r["cols"]["id"] for r in body["rows"]] == ["alice", "bob"]
     monkeypatch.undo()
+    publish_watermark()
     after = post(machine, URL, {"name": "users", "args": None}).json()
     assert after["cvMin"] == landed[0]
     assert [r["cols"]["id"] for r in after["rows"]] == ["alice", "bob", "zed"]
@@ -239,6 +246,7 @@ def test_a_read_inside_a_request_transaction_takes_its_own_snapshot(engine, mach
             yield cursor
 
     monkeypatch.setattr(reader, "read_transaction", spy)
+    publish_watermark()
     response = post(machine, URL, {"name": "users", "args": None})
     assert response.status_code == 200, response.content
     assert seen == [True, False]

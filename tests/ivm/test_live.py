@@ -9,7 +9,7 @@ from django.db import connection
 from project.demo.models import Comment, Issue, User
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
-from rindle_app.testing import fresh_result, outbox_high_water
+from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,6 +38,12 @@ ISSUES_WITH_COMMENTS = {
 }
 
 
+def poll(live, timeout=5.0):
+    """A hub's step: the watermarker publishes (here the test does), then the tail reads."""
+    publish_watermark(timeout=timeout)
+    return live.poll()
+
+
 def fresh(live, shared):
     """The query evaluated from scratch on a new snapshot of the database."""
     return fresh_result(live.engine, shared.query)
@@ -59,6 +65,7 @@ def test_a_hydrated_query_follows_engine_and_orm_writes(engine):
     """After each poll the view equals the query re-run on the database."""
     User.objects.create(id="u1", name="Ann")
     Issue.objects.bulk_create([issue(i) for i in range(1, 9)])
+    publish_watermark()
     live = LiveQueries(engine).start()
     assert live.version == outbox_high_water()
     shared = live.catalog.register(ISSUES_WITH_COMMENTS)
@@ -73,7 +80,7 @@ def test_a_hydrated_query_follows_engine_and_orm_writes(engine):
     )
     Issue.objects.filter(id="i8").delete()  # leaves the window: i3 refills it
     User.objects.filter(id="u1").update(name="Anne")
-    version, outputs, faults = live.poll()
+    version, outputs, faults = poll(live)
     assert faults == [] and version == outbox_high_water()
     assert shared.view.result() == fresh(live, shared)
     # ...and the same query run as SQL by the database itself.
@@ -125,11 +132,11 @@ def test_writes_during_hydration_are_neither_lost_nor_doubled(engine):
             {"table": "comment", "orderBy": [["createdAt", "asc"]], "select": ["id"]}
         )
         while len(written) < 60:
-            live.poll()
+            poll(live)
     finally:
         stop.set()
         thread.join(30)
-    live.poll()
+    poll(live)
     ids = [r["id"] for r in shared.view.result()]
     assert ids == sorted(set(ids)), "a change was applied twice"
     assert ids == [f"c{n:04}" for n in written], "a change was lost"
@@ -143,7 +150,7 @@ def test_snapshot_rows_and_change_images_agree(engine):
     live = LiveQueries(engine).start()
     row = live.catalog.store.get("comment", live.catalog.store.pk("comment", {"id": "c1"}))
     Comment.objects.filter(id="c1").update(body="b2")
-    _, _, _ = live.poll()
+    _, _, _ = poll(live)
     changed = live.catalog.store.get("comment", live.catalog.store.pk("comment", {"id": "c1"}))
     assert row["createdAt"] == changed["createdAt"] == 0.1 + 0.2
     assert {k: v for k, v in row.items() if k != "body"} == {
@@ -176,6 +183,7 @@ def test_commits_handed_over_in_process_need_no_outbox_read(engine, vendor):
                     },
                 )
             )
+            publish_watermark()
             with CaptureQueriesContext(connection) as reads:
                 version, outputs, _ = live.poll()
             assert version == outbox_high_water()
@@ -189,12 +197,12 @@ def test_commits_handed_over_in_process_need_no_outbox_read(engine, vendor):
             if n % 2:
                 Issue.objects.filter(id=f"i{n - 5}").delete()
             engine.write(lambda tx, n=n: tx.update("issue", {"id": "i8"}, {"title": f"t{n}"}))
-            live.poll()
+            poll(live)
             assert live.version == outbox_high_water()
             assert shared.view.result() == fresh(live, shared)
             assert shared.view.result() == run_query(shared.query, connection, live.engine.tables)
         User.objects.filter(id="u1").update(name="last")  # no engine commit after it
-        live.poll()
+        poll(live)
         assert live.version == outbox_high_water()
         assert shared.view.result() == fresh(live, shared)
     finally:
@@ -230,14 +238,14 @@ def test_a_transaction_committing_after_a_higher_seq_is_not_skipped(engine, vend
     try:
         assert inserted.wait(10)
         User.objects.create(id="u-early", name="early")  # a higher seq, committed first
-        live.poll()
+        poll(live, timeout=0.1)  # the watermark cannot pass the open transaction
         assert "u-early" not in {r["id"] for r in users.view.rows()}  # held at the fence
     finally:
         release.set()
         thread.join(10)
     deadline = time.monotonic() + 5
     while live.version < outbox_high_water() and time.monotonic() < deadline:
-        live.poll()  # the hub's loop: the fence backs off briefly after a timeout
+        poll(live)  # the hub's loop, once the watermark moves
         time.sleep(0.02)
     assert {r["id"] for r in users.view.rows()} == {"u1", "u-early", "u-late"}
     assert live.version == outbox_high_water()
@@ -275,7 +283,7 @@ def test_reloading_one_table_keeps_the_others_and_skips_changes_it_already_holds
         live.reload_table("lv_a")
         engine.write(lambda tx: tx.update("lv_a", {"id": "a1"}, {"tag": "x"}))
         engine.write(lambda tx: tx.insert("lv_b", {"id": "b2"}))
-        _version, outputs, _faults = live.poll()
+        _version, outputs, _faults = poll(live)
         # lv_b's query saw both its adds, once each; lv_a holds the new shape.
         assert sorted(op["row"]["id"] for op in outputs[b.key] if op["op"] == "add") == [
             "b1",
@@ -291,11 +299,12 @@ def test_reloading_one_table_keeps_the_others_and_skips_changes_it_already_holds
             cursor.execute('DROP TABLE IF EXISTS "lv_b"')
 
 
-def test_a_snapshot_waits_for_a_transaction_holding_a_lower_seq(engine, vendor):
+def test_a_snapshot_during_an_open_transaction_does_not_wait_and_misses_nothing(engine, vendor):
     """
     Postgres: seq N's transaction is open while N+1 commits, and a catalog hydrates
-    then. The snapshot must wait behind the fence and hold both rows; taken at once it
-    would hold N+1 at version N+1 and never see N.
+    then. The snapshot takes no lock, so it answers at once (holding N+1, which it
+    records to skip); once N commits and the watermark passes it, the tail brings N
+    and never applies N+1 twice.
     """
     if vendor != "postgresql":
         pytest.skip("SQLite's write lock already commits seqs in order")
@@ -314,18 +323,20 @@ def test_a_snapshot_waits_for_a_transaction_holding_a_lower_seq(engine, vendor):
 
     thread = threading.Thread(target=slow)
     thread.start()
-    started = {}
     try:
         assert inserted.wait(10)
         User.objects.create(id="u-early", name="early")
-        hydrate = threading.Thread(target=lambda: started.update(live=LiveQueries(engine).start()))
-        hydrate.start()
-        hydrate.join(0.3)
-        assert hydrate.is_alive(), "the snapshot did not wait for the open transaction"
+        started = time.monotonic()
+        live = LiveQueries(engine).start()
+        assert time.monotonic() - started < 1.0, "the snapshot waited for the open transaction"
+        users = live.catalog.register({"table": "user", "orderBy": [["id", "asc"]]})
+        assert [r["id"] for r in users.view.rows()] == ["u-early"]
     finally:
         release.set()
         thread.join(10)
-    hydrate.join(10)
-    live = started["live"]
-    assert {r["id"] for r in live.catalog.store.rows("user")} == {"u-early", "u-late"}
+    deadline = time.monotonic() + 5
+    while live.version < outbox_high_water() and time.monotonic() < deadline:
+        poll(live)
+    assert [r["id"] for r in users.view.rows()] == ["u-early", "u-late"]
+    assert users.view.result() == fresh(live, users)
     assert live.version == outbox_high_water()

@@ -86,10 +86,11 @@ def node_or_skip():
 class Server:
     """Daphne serving the project on 127.0.0.1:``port``, against this test's database."""
 
-    def __init__(self, port, log_path, settings_module="project.settings"):
+    def __init__(self, port, log_path, settings_module="project.settings", **env):
         self.port = port
         self.log_path = log_path
         self.settings_module = settings_module
+        self.env = env  # more environment (REDIS_URL: the channel layer)
         self.proc = None
 
     def start(self):
@@ -98,7 +99,9 @@ class Server:
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
             + ["project.asgi:application"],
             cwd=ROOT,
-            env=child_env(DJANGO_DEBUG="0", DJANGO_SETTINGS_MODULE=self.settings_module),
+            env=child_env(
+                DJANGO_DEBUG="0", DJANGO_SETTINGS_MODULE=self.settings_module, **self.env
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -130,11 +133,13 @@ class Server:
 class Judge:
     """``judge.mjs`` in a child process: one JSON command a line in, one reply a line out."""
 
-    def __init__(self, node, port, stderr_path, *, user="", cookie="", flat=False):
+    def __init__(
+        self, node, port, stderr_path, *, user="", cookie="", flat=False, client=CLIENT_ID
+    ):
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w")
         argv = [node, "judge.mjs", "--url", f"ws://127.0.0.1:{port}/ws/rindle/"]
-        argv += ["--client", CLIENT_ID, "--user", user, "--cookie", cookie]
+        argv += ["--client", client, "--user", user, "--cookie", cookie]
         self.proc = subprocess.Popen(
             argv + (["--flat"] if flat else []),
             cwd=NODE_DIR,
