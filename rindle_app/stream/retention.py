@@ -111,7 +111,11 @@ def _validate(age, period, batch_size, floor):
 
 @dataclass
 class RetentionStats:
-    """What this process's pruning did (``/metrics``); updated under ``lock``."""
+    """
+    What this process's pruning did (``/metrics``) and the stream ``State`` it last
+    saw (``seen``: a later read behind it means the database was swapped for an
+    older copy, ``state.check_identity``); updated under ``lock``.
+    """
 
     pruned: int = 0
     batches: int = 0
@@ -121,6 +125,7 @@ class RetentionStats:
     horizon: int = 0
     last_run_at: float = 0.0  # Unix seconds of the last finished run
     last_prune_at: float = 0.0  # Unix seconds of the last batch that deleted rows
+    seen: object = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
@@ -196,7 +201,6 @@ class Retention:
         self.on_prune = on_prune
         self.lock_timeout_ms = rindle_settings.STREAM_FENCE_LOCK_TIMEOUT_MS
         self.stats = stats if stats is not None else RetentionStats()
-        self._seen = None  # the last State read: a later one behind it means a swapped database
 
     def __repr__(self):
         return f"<Retention {self.using!r} age {self.age}>"
@@ -211,11 +215,10 @@ class Retention:
     def check_identity(self):
         """Mint a new epoch if the database was restored (``state.check_identity``)."""
         with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
-            current, minted = state.check_identity(cursor, self._seen, self.lock_timeout_ms)
-        self._seen = current
-        if minted:
-            with self.stats.lock:
-                self.stats.epochs_minted += 1
+            current, minted = state.check_identity(cursor, self.stats.seen, self.lock_timeout_ms)
+        with self.stats.lock:
+            self.stats.seen = current
+            self.stats.epochs_minted += minted
         return current, minted
 
     def step(self, cutoff=None):
@@ -240,7 +243,11 @@ class Retention:
             cut, done = _cut(rows, cutoff, self.batch_size)
             pruned, horizon = 0, st.horizon
             if cut is not None and cut > st.horizon:
-                cursor.execute(f"DELETE FROM {OUTBOX} WHERE seq < %s", [cut])
+                # From the horizon: an index scan then skips the dead entries of the
+                # batches before (until vacuum), instead of walking them every batch.
+                cursor.execute(
+                    f"DELETE FROM {OUTBOX} WHERE seq >= %s AND seq < %s", [st.horizon, cut]
+                )
                 pruned = cursor.rowcount
                 cursor.execute(
                     f"UPDATE {state.TABLE} SET horizon = {greatest}(horizon, %s) "
@@ -248,8 +255,8 @@ class Retention:
                     [cut, state.STREAM],
                 )
                 horizon = int(cursor.fetchone()[0])
-        self._seen = state.State(st.epoch, st.safe_seq, horizon)
         with self.stats.lock:
+            self.stats.seen = state.State(st.epoch, st.safe_seq, horizon)
             self.stats.batches += 1
             self.stats.horizon = horizon
             if pruned:

@@ -101,13 +101,17 @@ def test_numbering_reset_below_safe_seq_mints_and_moves_the_numbering_past_it():
 
 def test_a_database_swapped_for_an_older_copy_under_a_running_pruner_mints():
     """
-    Same epoch but a lower safe_seq and horizon than the pruner saw (an older copy
-    put in place while the process ran): a new epoch at its next run.
+    Same epoch but a lower safe_seq and horizon than this process's pruning saw (an
+    older copy put in place while it ran): a new epoch at its next run, also when
+    that run is a new ``Retention`` (a beat task builds one per run).
     """
+    from rindle_app.runtime import get_runtime
+
     seqs = add_events([T0 - 30 * DAY] * 4 + [T0])
     publish()
-    retention = Retention(age=7 * DAY, now=Clock(T0))
-    assert retention.run_once().horizon == seqs[4]
+    runtime = get_runtime("default")
+    assert runtime.retention(now=Clock(T0)).run_once().horizon == seqs[4]
+    retention = runtime.retention(now=Clock(T0))
     before = read_state()
     with connection.cursor() as cursor:  # the "older copy": the state of an earlier moment
         cursor.execute(

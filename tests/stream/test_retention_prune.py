@@ -162,6 +162,7 @@ def test_rows_above_safe_seq_are_never_pruned():
     assert read_state().horizon == published[-1]
 
 
+@pytest.mark.slow
 def test_a_simulated_week_keeps_the_outbox_bounded_by_age_times_rate():
     """
     Three simulated weeks of 40 rows every 6 hours, retention after each: the outbox
