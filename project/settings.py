@@ -169,6 +169,15 @@ RINDLE = {
     # visitors may edit issues there (its mutators that need an author still reject
     # them: "sign in to do this"). Outside demo mode rindle refuses them first.
     "ALLOW_ANONYMOUS_MUTATIONS": DEBUG,
+    # Seconds between outbox retention runs (the beat entry below uses the same).
+    "STREAM_RETENTION_PERIOD_SECONDS": float(
+        os.environ.get("RINDLE_STREAM_RETENTION_PERIOD_SECONDS", 3600)
+    ),
+}
+# The outbox's retention: the prefix older than RINDLE["STREAM_RETENTION_SECONDS"].
+CELERY_BEAT_SCHEDULE["rindle-stream-retention"] = {
+    "task": "rindle_app.tasks.stream_retention",
+    "schedule": RINDLE["STREAM_RETENTION_PERIOD_SECONDS"],
 }
 
 LOGGING = {

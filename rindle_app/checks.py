@@ -47,7 +47,25 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_synced_models(user.get("SYNCED_MODELS", [])))
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
     errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
+    errors.extend(_check_retention())
     return errors
+
+
+def _check_retention():
+    from .conf import rindle_settings
+    from .stream.retention import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['STREAM_RETENTION_*'] is refused: {problem}.",
+            hint="STREAM_RETENTION_SECONDS is at least 604800 (7 days); the period and the "
+            "batch size are positive.",
+            id="rindle.E030",
+        )
+    ]
 
 
 def _check_metrics_auth(auth):

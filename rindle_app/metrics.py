@@ -331,12 +331,73 @@ def live_totals(ledger, day):
     return totals
 
 
+class RetentionCollector:
+    """
+    The outbox retention this process ran (``stream/retention.py``: the embedded
+    timer, or the beat task in a worker), one sample set per database alias, from
+    the runtime's ``retention_stats``: never a database read.
+    """
+
+    def collect(self):
+        from .runtime import runtimes
+
+        pruned = CounterMetricFamily(
+            "rindle_stream_retention_pruned_rows",
+            "Outbox rows this process's retention deleted.",
+            labels=["database"],
+        )
+        runs = CounterMetricFamily(
+            "rindle_stream_retention_runs",
+            "Retention runs finished, by outcome (ok, failed).",
+            labels=["database", "outcome"],
+        )
+        minted = CounterMetricFamily(
+            "rindle_stream_epochs_minted",
+            "New stream epochs this process minted on finding a restored database.",
+            labels=["database"],
+        )
+        horizon = GaugeMetricFamily(
+            "rindle_stream_horizon",
+            "The outbox horizon (first seq kept) as this process's retention last saw it.",
+            labels=["database"],
+        )
+        last_prune = GaugeMetricFamily(
+            "rindle_stream_retention_last_prune_timestamp_seconds",
+            "Unix time of the last retention batch that deleted rows (0: none yet).",
+            labels=["database"],
+        )
+        last_run = GaugeMetricFamily(
+            "rindle_stream_retention_last_run_timestamp_seconds",
+            "Unix time of the last retention run that finished (0: none yet).",
+            labels=["database"],
+        )
+        for runtime in runtimes():
+            stats = runtime.retention_stats
+            with stats.lock:
+                if not (stats.runs or stats.failures or stats.batches):
+                    continue
+                using = runtime.using
+                pruned.add_metric([using], stats.pruned)
+                runs.add_metric([using, "ok"], stats.runs)
+                runs.add_metric([using, "failed"], stats.failures)
+                minted.add_metric([using], stats.epochs_minted)
+                horizon.add_metric([using], stats.horizon)
+                last_prune.add_metric([using], stats.last_prune_at)
+                last_run.add_metric([using], stats.last_run_at)
+        yield from (pruned, runs, minted, horizon, last_prune, last_run)
+
+    def describe(self):
+        return []
+
+
 _collectors = []
 
 
 def register():
     """Add rindle's collectors to the default registry once per process."""
     if not _collectors:
-        _collectors.extend((EngineCollector(), FlowCollector(), WatermarkCollector()))
+        _collectors.extend(
+            (EngineCollector(), FlowCollector(), WatermarkCollector(), RetentionCollector())
+        )
         for collector in _collectors:
             REGISTRY.register(collector)

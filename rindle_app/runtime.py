@@ -15,13 +15,19 @@ delegates to it, so whichever of them runs first starts what it needs, in this o
 4. the flush tick (needs 3): a thread flushing 3 every ``FLOW_FLUSH_SECONDS``,
    started by the serving path only and never inside Django's test environment;
 5. the quota cache (needs 3 and 4): the quotas over the serving ledger;
-6. the public SQL sandbox's grant cache: plain data, filled as grants are made.
+6. the public SQL sandbox's grant cache: plain data, filled as grants are made;
+7. the retention timer (needs only the database): a thread pruning the outbox
+   every ``STREAM_RETENTION_PERIOD_SECONDS`` (``stream/retention.py``), started
+   with the hub (2) by the serving path in the embedded mode
+   (``STREAM_WATERMARKER == "embedded"``), never inside Django's test environment
+   (a test calls ``start_retention()``). Its counters (``retention_stats``, plain
+   data) also count the Celery beat task's runs in a worker.
 
 Each part starts on first use, after the parts it needs, and never twice.
-``shutdown()`` stops them in the reverse order: it drops 6 and 5, stops 4, flushes
-3 one last time (never into another database than the one it started on), closes
-2 (the watermarker first, which releases its lease, then the hub), then drains and
-closes 1.
+``shutdown()`` stops them in the reverse order: it stops 7, drops 6 and 5, stops 4,
+flushes 3 one last time (never into another database than the one it started on),
+closes 2 (the watermarker first, which releases its lease, then the hub), then
+drains and closes 1.
 
 Where it starts and stops. Daphne sends no ASGI lifespan events, so under Daphne
 first use through the accessor is the start; a server that speaks lifespan can
@@ -46,7 +52,8 @@ The threads the parts run are documented where they are: the writer
 (``engine/writer.py``), the hub (``realtime/hub.py``), the listener
 (``stream/notify.py``), the watermarker (``stream/watermark.py``: one thread with
 its own connection, woken by LISTEN on ``rindle_outbox``, stepping at most once
-per ``STREAM_REFRESH_SECONDS``) and the flush tick (``flow/tick.py``).
+per ``STREAM_REFRESH_SECONDS``), the flush tick (``flow/tick.py``) and the
+retention timer (``stream/retention.py``).
 """
 
 import atexit
@@ -92,6 +99,12 @@ class Runtime:
         # fingerprint of the tables its grants were made for.
         self.sandbox_grants = {}
         self.sandbox_grants_lock = threading.Lock()
+        self._retention_lock = threading.Lock()
+        self._retention_timer = None
+        self._retention_decided = False
+        from .stream.retention import RetentionStats
+
+        self.retention_stats = RetentionStats()
 
     def __repr__(self):
         return f"<Runtime {self.using!r}{' closed' if self.closed else ''}>"
@@ -147,7 +160,10 @@ class Runtime:
 
                     hub = self._hub = Hub(engine)
                     self._start_watermarker()
-        return hub.start()
+        hub = hub.start()
+        if not self._retention_decided:
+            self._serve_retention()
+        return hub
 
     @property
     def watermarker(self):
@@ -319,15 +335,66 @@ class Runtime:
         with self.sandbox_grants_lock:
             self.sandbox_grants.clear()
 
+    # --- 7. the retention timer ------------------------------------------------------
+
+    @property
+    def retention_timer(self):
+        """The running retention timer, or None."""
+        return self._retention_timer
+
+    def retention(self, **options):
+        """A ``Retention`` of this alias from the settings, counting into ``retention_stats``."""
+        from .stream.retention import Retention
+
+        return Retention(self.using, stats=self.retention_stats, **options)
+
+    def start_retention(self):
+        """
+        Start the retention timer in the embedded mode (idempotent); the timer, or
+        None when ``STREAM_WATERMARKER`` is not "embedded" (the beat task prunes).
+        """
+        from .conf import rindle_settings
+        from .stream.retention import RetentionTimer
+
+        with self._retention_lock:
+            self._check_open()
+            self._retention_decided = True
+            timer = self._retention_timer
+            if timer is not None and timer.alive:
+                return timer
+            if rindle_settings.STREAM_WATERMARKER != "embedded":
+                return None
+            self._retention_timer = RetentionTimer(self.retention()).start()
+            return self._retention_timer
+
+    def _serve_retention(self):
+        from .flow import tick
+
+        with self._retention_lock:
+            if self._retention_decided:
+                return
+            self._retention_decided = True
+        if not tick._in_test_environment():
+            self.start_retention()
+
+    def stop_retention(self):
+        """Stop the retention timer (a run in progress stops after its batch)."""
+        with self._retention_lock:
+            timer, self._retention_timer = self._retention_timer, None
+            self._retention_decided = False
+        if timer is not None:
+            timer.stop()
+
     # --- all of it -----------------------------------------------------------------
 
     def shutdown(self, timeout=None, flush=True):
         """
-        Stop every part in the reverse start order: the caches, the tick, the ledger
-        (flushed when ``flush``), the hub, the engine (drained within ``timeout``).
-        Safe to call more than once.
+        Stop every part in the reverse start order: the retention timer, the caches,
+        the tick, the ledger (flushed when ``flush``), the hub, the engine (drained
+        within ``timeout``). Safe to call more than once.
         """
         self.closed = True
+        self.stop_retention()
         self.forget_sandbox_grants()
         self.stop_flow(flush=flush)
         self.stop_engine(timeout)

@@ -44,3 +44,25 @@ def flow_tick(now_ms=None):
         summary["silent"],
     )
     return summary
+
+
+@shared_task(name="rindle_app.tasks.stream_retention", ignore_result=True)
+def stream_retention():
+    """
+    Prune the outbox (``rindle_app.stream.retention``): the prefix older than
+    ``STREAM_RETENTION_SECONDS``, in batches, each raising the horizon in its own
+    transaction, after a restore check. Beat runs it every
+    ``STREAM_RETENTION_PERIOD_SECONDS``; the embedded mode runs the same function on
+    the runtime's timer (both at once are harmless). Returns a summary for the log.
+    """
+    from .runtime import get_runtime
+
+    run = get_runtime(rindle_settings.DATABASE).retention().run_once()
+    logger.info(
+        "rindle: stream retention pruned %d row(s) in %d batch(es); horizon %d%s",
+        run.pruned,
+        run.batches,
+        run.horizon,
+        "; a new epoch was minted" if run.minted else "",
+    )
+    return {"pruned": run.pruned, "batches": run.batches, "horizon": run.horizon}
