@@ -8,7 +8,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .api import ingest_views as ingest
-from .api import migrate_views, views
+from .api import migrate_views, stream_views, views
 from .api import sql_views as sql
 from .metrics import metrics_view
 
@@ -50,6 +50,7 @@ urlpatterns = [
         sql.TransactionRollbackView.as_view(),
         name="rindle-sql-txn-rollback",
     ),
+    path("v1/stream", stream_views.StreamView.as_view(), name="rindle-stream"),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
     # django-prometheus's export behind RINDLE["METRICS_AUTH"] (do not also include
     # django_prometheus.urls: its /metrics is open to anyone).
