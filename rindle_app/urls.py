@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView
 from .api import ingest_views as ingest
 from .api import migrate_views, stream_views, views
 from .api import sql_views as sql
+from .health import healthz
 from .metrics import metrics_view
 
 urlpatterns = [
@@ -55,4 +56,5 @@ urlpatterns = [
     # django-prometheus's export behind RINDLE["METRICS_AUTH"] (do not also include
     # django_prometheus.urls: its /metrics is open to anyone).
     path("metrics", metrics_view, name="rindle-metrics"),
+    path("healthz", healthz, name="rindle-healthz"),
 ]

@@ -182,12 +182,14 @@ class StreamView(RindleView):
                 "tables", OpenApiTypes.STR, description="Comma-separated registered tables."
             ),
             OpenApiParameter(
-                "limit", OpenApiTypes.INT, description="Most events (STREAM_PAGE_MAX_EVENTS)."
+                "limit",
+                {"type": "integer", "minimum": 1},
+                description="Most events (at most STREAM_PAGE_MAX_EVENTS, the default).",
             ),
             OpenApiParameter(
                 "wait",
-                OpenApiTypes.NUMBER,
-                description="Seconds to wait for events (STREAM_LONG_POLL_MAX_SECONDS).",
+                {"type": "number", "minimum": 0},
+                description="Seconds to wait for events (at most STREAM_LONG_POLL_MAX_SECONDS).",
             ),
         ],
         responses={
@@ -210,6 +212,9 @@ class StreamView(RindleView):
         unknown = sorted(set(params) - PARAMETERS)
         if unknown:
             raise InvalidInput(f"unknown parameter(s) {unknown[:5]}", code=INVALID_PARAMETER)
+        repeated = sorted(k for k in params if len(params.getlist(k)) > 1)
+        if repeated:
+            raise InvalidInput(f"parameter(s) given twice: {repeated}", code=INVALID_PARAMETER)
         sse = request.accepted_media_type == EVENT_STREAM
         raw_cursor = params.get("cursor")
         if raw_cursor is None and sse:

@@ -1,6 +1,8 @@
 """
 Fixtures and helpers of the public stream tests (test_stream_api_*.py), kept out
-of a conftest so the other stream helpers' tests stay independent of them.
+of a conftest so the other stream helpers' tests stay independent of them. A test
+module takes the fixtures with ``from .api_support import *`` (``__all__``) and
+the helpers by name.
 """
 
 import threading
@@ -14,6 +16,8 @@ from rindle_app.stream import state as stream_state
 
 from ..api.conftest import token_client
 
+__all__ = ["alice", "empty_outbox", "engine", "reader"]
+
 
 @pytest.fixture
 def engine(transactional_db):
@@ -21,6 +25,16 @@ def engine(transactional_db):
     shutdown()
     yield get_engine()
     shutdown()
+
+
+@pytest.fixture(autouse=True)
+def empty_outbox(engine):
+    """
+    Start from an empty outbox: on SQLite the flush after the previous test deleted its
+    rows through the capture triggers, leaving 'remove' events behind.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM _rindle_change_events")
 
 
 @pytest.fixture
