@@ -98,10 +98,9 @@ class HeldTransaction:
         self.conn = connections.create_connection("default")
         self.conn.set_autocommit(False)
         with self.conn.cursor() as cursor:
-            cursor.execute(sql, list(params))
             cursor.execute("SELECT pg_backend_pid()")
             self.pid = cursor.fetchone()[0]
-            cursor.execute("SELECT MAX(seq) FROM _rindle_change_events")
+            cursor.execute(sql, list(params))  # last: what pg_stat_activity shows as its query
 
     def release(self, commit=True):
         try:
