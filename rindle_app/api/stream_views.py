@@ -38,7 +38,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.permissions import BasePermission
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from ..conf import rindle_settings
@@ -88,16 +88,6 @@ class StreamAccess(BasePermission):
             return token.has_scope(SCOPE)
         user = request.user
         return bool(user is not None and user.is_authenticated and user.is_staff)
-
-
-class EventStreamRenderer(BaseRenderer):
-    """Lets content negotiation accept ``text/event-stream``; the view streams the body."""
-
-    media_type = EVENT_STREAM
-    format = "sse"
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        return json.dumps(data).encode()  # never used: every Response is sent as JSON
 
 
 class StreamEvent(serializers.Serializer):
@@ -165,7 +155,16 @@ class StreamView(RindleView):
     """``GET /v1/stream``: committed change events after a cursor (module docstring)."""
 
     permission_classes = [StreamAccess]
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    def perform_content_negotiation(self, request, force=False):
+        # JSON always renders the answers; ``Accept: text/event-stream`` only asks for
+        # the stream instead. No other Accept value is refused, and no ``format``
+        # parameter switches renderers (it is an unknown parameter here).
+        accepted = (
+            m.split(";")[0].strip().lower() for m in request.headers.get("Accept", "").split(",")
+        )
+        media = EVENT_STREAM if EVENT_STREAM in accepted else JSONRenderer.media_type
+        return JSONRenderer(), media
 
     @extend_schema(
         operation_id="rindle_stream",
