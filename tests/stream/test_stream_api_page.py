@@ -192,9 +192,9 @@ def test_the_page_reads_state_and_events_in_one_statement(reader):
     The horizon check and the events come from ONE statement (one snapshot): a pruner
     can never fall between them.
     """
+    start = publish()  # the state row exists, and the page starts just before "a"
     users("a")
     publish()
-    stream_page.read_page("default", after=0, limit=10, scan=100)  # the state row exists
     executed = []
 
     def spy(execute, sql, params, many, context):
@@ -202,7 +202,7 @@ def test_the_page_reads_state_and_events_in_one_statement(reader):
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(spy):
-        page = stream_page.read_page("default", after=0, limit=10, scan=100)
+        page = stream_page.read_page("default", after=start, limit=10, scan=100)
     assert len(executed) == 1 and "_rindle_stream" in executed[0]
     assert [e["key"] for e in page.events] == [["a"]]
 
