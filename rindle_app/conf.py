@@ -168,6 +168,11 @@ DEFAULTS = {
     # GET /v1/stream: most events in one answer, and the longest long-poll wait.
     "STREAM_PAGE_MAX_EVENTS": 1000,
     "STREAM_LONG_POLL_MAX_SECONDS": 30,
+    # GET /v1/stream: seconds between two reads of a waiting long-poll or event
+    # stream, and the most seqs one answer examines past its cursor (a filtered page
+    # over a busy outbox stops there and still advances its cursor).
+    "STREAM_LONG_POLL_INTERVAL_SECONDS": 0.1,
+    "STREAM_PAGE_SCAN_SEQS": 100_000,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

@@ -255,6 +255,11 @@ RESNAPSHOT_REQUIRED = _code(
     frames=_BOTH,
 )
 INVALID_CURSOR = _http("invalid_cursor", 400, "The stream cursor is malformed.")
+INVALID_PARAMETER = _http(
+    "invalid_parameter",
+    400,
+    "A query parameter (limit, wait, tables) is malformed or out of range.",
+)
 
 
 def status_of(code, default=400):

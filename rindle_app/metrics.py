@@ -2,9 +2,12 @@
 rindle's Prometheus series, served at ``/metrics`` by ``metrics_view`` (which wraps
 django-prometheus's export of the default registry behind ``RINDLE["METRICS_AUTH"]``).
 
-Every value here is read from memory at scrape time: a scrape never takes a
-database connection, let alone the writer, so a long write cannot stall it (a
-scraper that authenticates by token or address reads no database either).
+Every value here is read from memory at scrape time: a scrape never takes the
+request's database connection, let alone the writer, so a long write cannot stall
+it (a scraper that authenticates by token or address reads no database either).
+The change stream's watermark gauges (``StreamCollector``) are the database's own
+state: on PostgreSQL they cost one bounded read-only transaction on a connection of
+their own per scrape.
 """
 
 import hmac
@@ -390,6 +393,84 @@ class RetentionCollector:
         return []
 
 
+class StreamCollector:
+    """
+    The change stream's watermark on PostgreSQL (``stream.status``): the lag, its
+    age, and the oldest open transaction holding the outbox fence.
+
+    These are the one exception to "read from memory": they are the database's
+    state, the same for every process. A scrape reads them on a connection of its
+    own (never the request's, never the writer's), in one read-only transaction
+    under a statement timeout: a few index lookups and a capped scan of
+    ``pg_locks``, taking no lock a writer waits on. If the read fails,
+    ``rindle_stream_status_up`` is 0 and the other series are left out. On SQLite
+    the write lock orders commits, nothing can lag, and no query runs.
+    """
+
+    FENCED_LIMIT = 100  # rindle_stream_fenced_transactions counts at most this many
+
+    def collect(self):
+        from django.db import DatabaseError, connections
+
+        from .conf import rindle_settings
+        from .stream import status
+
+        using = rindle_settings.DATABASE
+        if connections[using].vendor != "postgresql":
+            return
+        up = GaugeMetricFamily(
+            "rindle_stream_status_up",
+            "1 when this scrape could read the change stream's state, else 0.",
+            labels=["database"],
+        )
+        try:
+            current = status.sample(using, fresh=True, fenced_limit=self.FENCED_LIMIT)
+        except DatabaseError:
+            up.add_metric([using], 0)
+            yield up
+            return
+        up.add_metric([using], 1)
+        yield up
+        oldest = current.oldest_fenced
+        holding = [t for t in current.fenced if t.holding]
+        for name, text, value in (
+            (
+                "rindle_stream_safe_seq",
+                "The published watermark: every seq at or below it is final.",
+                current.safe_seq,
+            ),
+            ("rindle_stream_max_seq", "The greatest committed outbox seq.", current.max_seq),
+            ("rindle_stream_horizon", "The oldest outbox seq retention kept.", current.horizon),
+            (
+                "rindle_stream_lag",
+                "Committed events not yet published: max_seq - safe_seq.",
+                current.lag,
+            ),
+            (
+                "rindle_stream_lag_seconds",
+                "How long the oldest unpublished event has waited (0 without lag).",
+                current.lag_seconds,
+            ),
+            (
+                "rindle_stream_oldest_fenced_transaction_seconds",
+                "Age of the oldest open transaction holding the outbox fence (0: none); "
+                "it holds the watermark back while it stays open.",
+                (oldest.age_seconds or 0.0) if oldest is not None else 0.0,
+            ),
+            (
+                "rindle_stream_fenced_transactions",
+                f"Open transactions holding the outbox fence (counted up to {self.FENCED_LIMIT}).",
+                len(holding),
+            ),
+        ):
+            gauge = GaugeMetricFamily(name, text, labels=["database"])
+            gauge.add_metric([using], value)
+            yield gauge
+
+    def describe(self):
+        return []
+
+
 _collectors = []
 
 
@@ -397,7 +478,13 @@ def register():
     """Add rindle's collectors to the default registry once per process."""
     if not _collectors:
         _collectors.extend(
-            (EngineCollector(), FlowCollector(), WatermarkCollector(), RetentionCollector())
+            (
+                EngineCollector(),
+                FlowCollector(),
+                WatermarkCollector(),
+                RetentionCollector(),
+                StreamCollector(),
+            )
         )
         for collector in _collectors:
             REGISTRY.register(collector)

@@ -8,8 +8,9 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .api import ingest_views as ingest
-from .api import migrate_views, views
+from .api import migrate_views, stream_views, views
 from .api import sql_views as sql
+from .health import healthz
 from .metrics import metrics_view
 
 
@@ -42,8 +43,10 @@ urlpatterns = [
         ("commit", sql.TransactionCommitView, "rindle-sql-txn-commit"),
         ("rollback", sql.TransactionRollbackView, "rindle-sql-txn-rollback"),
     ),
+    path("v1/stream", stream_views.StreamView.as_view(), name="rindle-stream"),
     path("api/schema/openapi", SpectacularAPIView.as_view(), name="rindle-openapi"),
     # django-prometheus's export behind RINDLE["METRICS_AUTH"] (do not also include
     # django_prometheus.urls: its /metrics is open to anyone).
     path("metrics", metrics_view, name="rindle-metrics"),
+    path("healthz", healthz, name="rindle-healthz"),
 ]

@@ -104,6 +104,8 @@ def _count(request, response, meter):
             request_meter(request, refused=True).auth_failure()
             return
         meter = meter or request_meter(request)
+        if status < 400 and getattr(response, "streaming", False):
+            return  # a streaming view counts its bytes as it sends them (stream_views)
         if status < 400:
             try:
                 bytes_in = max(0, int(request.META.get("CONTENT_LENGTH") or 0))
