@@ -480,9 +480,9 @@ def child_week():
 
     django.setup()
     from django.db import connection
-    from rindle_app.stream.retention import Retention
 
     from rindle_app.engine.capture import OUTBOX
+    from rindle_app.stream.retention import Retention
 
     rate = int(os.environ["FLEET_WEEK_RATE"])
     hours = 21 * 24

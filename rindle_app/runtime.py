@@ -179,7 +179,15 @@ class Runtime:
             return
         from .stream.watermark import Watermarker
 
-        self._watermarker = Watermarker(self.using).start()
+        watermarker = Watermarker(self.using)
+        if not connections[self.using].in_atomic_block:
+            # One step before the hub hydrates, so it starts at a current watermark
+            # rather than at whatever was published last (it would be right, but behind).
+            try:
+                watermarker.step()
+            except Exception:  # another process leads, or the fence is busy: the loop goes on
+                pass
+        self._watermarker = watermarker.start()
 
     @property
     def running_hub(self):

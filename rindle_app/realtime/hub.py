@@ -65,7 +65,6 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections, connections
 
 from ..conf import rindle_settings
-from ..engine.capture import NOTIFY_CHANNEL
 from ..exceptions import (
     BATCH_TOO_LARGE,
     FAULTED,
@@ -76,7 +75,6 @@ from ..exceptions import (
 )
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
-from ..stream.interim import _interim_publish  # TEMPORARY until the Watermarker merges
 from ..stream.notify import WATERMARK_CHANNEL, Listener
 from . import limits, wire
 
@@ -178,10 +176,6 @@ class Hub:
         self._outgoing = {}  # event loop -> [(conn, frames)] not yet handed over
         self.poll_interval = float(rindle_settings.POLL_INTERVAL)
         self._step_inline = engine.vendor == "sqlite"
-        # TEMPORARY until the Watermarker merges: when the stand-in may publish next
-        # (stream/interim.py), and whether a wake-up found it not yet due.
-        self._interim_due = 0.0 if engine.vendor == "postgresql" else None
-        self._interim_owed = False
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -189,9 +183,6 @@ class Hub:
         with self.lock:
             if self.live is not None:
                 return self
-            if self._interim_due is not None and not connections[self.engine.using].in_atomic_block:
-                # TEMPORARY until the Watermarker merges: hydrate at a current watermark.
-                self._interim_due = _interim_publish(self.engine.using, 0.0)
             self.live = LiveQueries(self.engine, handoff=True).start()
             self.engine.add_commit_listener(self._on_commit)
             self.engine.add_schema_listener(self._on_schema_change)
@@ -199,7 +190,6 @@ class Hub:
                 # The tail reads up to the published safe_seq: the watermarker's
                 # notification says it moved. The poll is a safety net.
                 channels = [WATERMARK_CHANNEL]
-                channels.append(NOTIFY_CHANNEL)  # TEMPORARY: wakes the interim publisher
                 self._listener = Listener(self.engine.using, self._wake.set, channels).start()
                 self.poll_interval = max(self.poll_interval, 1.0)
             self._thread = threading.Thread(target=self._run, name="rindle-hub", daemon=True)
@@ -276,18 +266,11 @@ class Hub:
     def _run(self):
         try:
             while not self._stop.is_set():
-                wait = self.poll_interval
-                if self._interim_owed:  # TEMPORARY until the Watermarker merges
-                    wait = min(wait, max(0.0, self._interim_due - time.monotonic()))
-                self._wake.wait(wait)
+                self._wake.wait(self.poll_interval)
                 self._wake.clear()
                 if self._stop.is_set():
                     break
                 try:
-                    if self._interim_due is not None:  # TEMPORARY until the Watermarker merges
-                        due = _interim_publish(self.engine.using, self._interim_due)
-                        self._interim_owed = due == self._interim_due
-                        self._interim_due = due
                     self.step()
                 except Exception:  # keep serving; the next step retries from the same version
                     logger.exception("rindle hub: step failed")
