@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from project.demo.models import Comment, Issue
-from tests.judges.test_published_clients import (
+from tests.e2e.judges.test_published_clients import (
     FLAT,
     Judge,
     Run,

@@ -40,7 +40,7 @@ async def test_a_watermark_notification_wakes_the_hub_long_before_its_poll(servi
     """
     await sync_to_async(postgres_only)()
     hub = await sync_to_async(get_hub)(serving)
-    watermarker = get_runtime(serving).watermarker
+    watermarker = get_runtime(serving.using).watermarker
     if watermarker is not None:  # nothing else publishes: this test does, by hand
         await sync_to_async(watermarker.close)()
     hub.poll_interval = 30.0

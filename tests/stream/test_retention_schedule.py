@@ -109,7 +109,7 @@ def test_celery_beat_runs_retention_every_period(redis_url, tmp_path):
     """A real `celery worker -B` prunes the aged prefix on its schedule."""
     seqs = old_rows(5)
     with celery_beat_worker(
-        "tests.stream.celery_settings",
+        "rindle_app.tasks.stream_retention",
         redis_url,
         tmp_path,
         RINDLE_STREAM_RETENTION_PERIOD_SECONDS="0.5",
