@@ -58,7 +58,8 @@ QUERY = {"queryId": 1, "name": "issuesPage", "args": {"limit": 50}, "mode": "nor
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/test"
 LONG_TX_SECONDS = 5.0
 VARIANTS = ("rindle", "before")
-SECRET_KEY = secrets.token_urlsafe(50)  # production mode (DEBUG off) needs a strong key
+SECRET_KEY = secrets.token_urlsafe(50)
+WRITER_NAME = "rindle-bench-fleet-writer"  # production mode (DEBUG off) needs a strong key
 # The code before the watermarker: main just before issue 15's first commit.
 BASELINE_REV = "ebf88de"
 
@@ -131,7 +132,8 @@ def child_writer():
     import psycopg
 
     seconds = float(os.environ["FLEET_SECONDS"])
-    conn = psycopg.connect(os.environ["DATABASE_URL"].replace("postgres://", "postgresql://"))
+    url = os.environ["DATABASE_URL"].replace("postgres://", "postgresql://")
+    conn = psycopg.connect(url, application_name=WRITER_NAME)
     # Never the first issue: the long transaction of the "long" workload holds it.
     sql = "SELECT id FROM issue WHERE id > (SELECT min(id) FROM issue)"
     ids = [r[0] for r in conn.execute(sql).fetchall()]
@@ -281,16 +283,70 @@ class Fleet:
             s.stop()
 
 
-def run_writer(env, seconds, during=None):
-    """One writer child for ``seconds``; ``during(t0)`` runs meanwhile. Its samples."""
+class WaitSampler:
+    """
+    Where the writer's time goes: every 5 ms, what pg_stat_activity says its backend
+    waits on (a lock, the client - i.e. the writer process itself -, or nothing: running).
+    With ``/proc/stat``, how busy the machine's cores were meanwhile.
+    """
+
+    def __init__(self, db):
+        import threading
+
+        self.db, self.counts, self._stop = db, {}, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        conn = self.db.connect(autocommit=True)
+        sql = "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = %s"
+        while not self._stop.wait(0.005):
+            row = conn.execute(sql, [WRITER_NAME]).fetchone()
+            if row is not None:
+                key = row[0] or "running"
+                self.counts[key] = self.counts.get(key, 0) + 1
+        conn.close()
+
+    @staticmethod
+    def _cpu():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields) - fields[3] - fields[4], sum(fields)
+
+    def __enter__(self):
+        self._cpu0 = self._cpu()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        busy, total = (b - a for a, b in zip(self._cpu0, self._cpu()))
+        self.machine_busy = busy / total if total else None
+
+    def shares(self):
+        n = sum(self.counts.values()) or 1
+        return {k: round(v / n, 3) for k, v in sorted(self.counts.items())}
+
+
+def run_writer(env, seconds, during=None, db=None):
+    """
+    One writer child for ``seconds``; ``during(t0)`` runs meanwhile. Its samples,
+    what ``during`` returned, and (with ``db``) the ``WaitSampler``.
+    """
     proc = spawn("writer", env, FLEET_SECONDS=seconds)
+    sampler = WaitSampler(db) if db is not None else None
     t0 = time.monotonic()
     proc.stdin.write("go\n")
     proc.stdin.flush()
-    extra = during(t0) if during is not None else None
-    out, _ = proc.communicate(timeout=seconds + 120)
+    if sampler is not None:
+        with sampler:
+            extra = during(t0) if during is not None else None
+            out, _ = proc.communicate(timeout=seconds + 120)
+    else:
+        extra = during(t0) if during is not None else None
+        out, _ = proc.communicate(timeout=seconds + 120)
     samples = json.loads(out.strip().splitlines()[-1])["samples"]
-    return samples, extra
+    return samples, extra, sampler
 
 
 # --- workloads ------------------------------------------------------------------------
@@ -304,14 +360,25 @@ def workload_tx(args, dbs, tmpdir):
         for variant, n in order:
             db = dbs[variant]
             with Fleet(n, db, args.roots[variant], tmpdir, args.subscribers):
-                samples, _ = run_writer(child_env(db.url), args.seconds)
+                samples, _, sampler = run_writer(child_env(db.url), args.seconds, db=db)
             rate = len(samples) / args.seconds
             lat = [d for _t, d in samples]
+            waits = sampler.shares()
             rows.append(
-                {"variant": variant, "n": n, "rep": rep, "tx_s": rate, "p99_s": pct(lat, 0.99)}
+                {
+                    "variant": variant,
+                    "n": n,
+                    "rep": rep,
+                    "tx_s": rate,
+                    "p99_s": pct(lat, 0.99),
+                    "writer_waits": waits,
+                    "machine_busy": sampler.machine_busy,
+                }
             )
             print(
-                f"tx {variant:<7} servers={n}: {rate:,.0f} tx/s, p99 {ms(pct(lat, 0.99))} ms",
+                f"tx {variant:<7} servers={n}: {rate:,.0f} tx/s, p99 {ms(pct(lat, 0.99))} ms; "
+                f"writer backend waiting on a lock {waits.get('Lock', 0):.0%} of samples; "
+                f"cores busy {sampler.machine_busy:.0%}",
                 flush=True,
             )
     summary = {}
@@ -321,7 +388,15 @@ def workload_tx(args, dbs, tmpdir):
             med = statistics.median(
                 r["tx_s"] for r in rows if r["variant"] == variant and r["n"] == n
             )
-            summary[f"{variant}_{n}"] = {"tx_s": med, "ratio_to_0": med / base if base else None}
+            runs = [r for r in rows if r["variant"] == variant and r["n"] == n]
+            lock = statistics.median(r["writer_waits"].get("Lock", 0) for r in runs)
+            busy = statistics.median(r["machine_busy"] for r in runs)
+            summary[f"{variant}_{n}"] = {
+                "tx_s": med,
+                "ratio_to_0": med / base if base else None,
+                "writer_lock_share": lock,
+                "machine_busy": busy,
+            }
     return {"runs": rows, "summary": summary}
 
 
@@ -360,7 +435,7 @@ def workload_long(args, dbs, tmpdir):
                 holder.commit()
                 return start, time.monotonic(), took
 
-            samples, (w0, w1, ssr) = run_writer(
+            samples, (w0, w1, ssr), _ = run_writer(
                 child_env(db.url), LONG_TX_SECONDS + 4, during=during
             )
             holder.close()
@@ -491,8 +566,10 @@ def child_week():
     retention = Retention("default", age=age, now=lambda: clock[0])
     written = 0
     with connection.cursor() as cursor:
-        cursor.execute("SELECT COALESCE(MAX(seq), 0) FROM " + OUTBOX)
-        mark = cursor.fetchone()[0]
+        # The seed's rows were captured "now": they are the simulation's first hour.
+        cursor.execute(f"UPDATE {OUTBOX} SET created_at = %s", [clock[0]])
+        cursor.execute("SELECT count(*), COALESCE(MAX(seq), 0) FROM " + OUTBOX)
+        seeded, mark = cursor.fetchone()
         cursor.execute("SELECT min(id) FROM issue")
         target = cursor.fetchone()[0]
     for _hour in range(hours):
@@ -517,7 +594,7 @@ def child_week():
                 "hours": hours,
                 "rate_per_hour": rate,
                 "rows_with_retention": kept,
-                "rows_without": written,
+                "rows_without": seeded + written,
                 "bound": int(age.total_seconds() / 3600 * rate) + rate,
             }
         )
@@ -609,7 +686,9 @@ def report(results):
             ratio = value["ratio_to_0"]
             print(
                 f"  tx/s, {variant:<7} {n} servers: {value['tx_s']:,.0f}"
-                f" ({'-' if ratio is None else f'{ratio:.2f}'}x the writer alone)"
+                f" ({'-' if ratio is None else f'{ratio:.2f}'}x the writer alone); writer "
+                f"waiting on a lock {value['writer_lock_share']:.0%}, cores busy "
+                f"{value['machine_busy']:.0%}"
             )
         r4 = tx["summary"].get("rindle_4", {}).get("ratio_to_0")
         if r4 is not None:
