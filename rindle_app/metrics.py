@@ -303,37 +303,6 @@ class WatermarkCollector:
         return []
 
 
-def live_totals(ledger, day):
-    """
-    ``ledger``'s live figures of UTC ``day`` summed over its namespaces, from memory.
-
-    It reads the slots without rolling them (a slot still holding yesterday counts
-    nothing for today) and without folding session ids, so a scrape changes no
-    state and costs a few integer additions per namespace.
-    """
-    from .flow import REASONS
-
-    totals = dict.fromkeys(
-        ("bytes_in", "bytes_out", "bulk_in", "bulk_out", "transfers", "auth_failures", "seen"), 0
-    )
-    refusals = [0] * len(REASONS)
-    for slot in list(ledger._slots.values()):
-        with slot.lock:
-            if slot.day != day:
-                continue
-            totals["bytes_in"] += slot.bytes_in
-            totals["bytes_out"] += slot.bytes_out
-            totals["bulk_in"] += slot.bulk_in
-            totals["bulk_out"] += slot.bulk_out
-            totals["transfers"] += slot.transfers
-            totals["auth_failures"] += slot.auth_failures
-            totals["seen"] += slot.last_seen > 0
-            for i, n in enumerate(slot.refusals):
-                refusals[i] += n
-    totals["refusals"] = refusals
-    return totals
-
-
 class RetentionCollector:
     """
     The outbox retention this process ran (``stream/retention.py``: the embedded
