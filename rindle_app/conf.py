@@ -40,6 +40,10 @@ DEFAULTS = {
     # Seconds between outbox polls for writes made by other processes (this
     # process's own commits wake the live queries at once).
     "POLL_INTERVAL": 0.01,
+    # Rows the live queries' partition store keeps resident per process (the
+    # partitions read least recently are forgotten past it, and read again from the
+    # database when needed): the bound on the store's memory, whatever the tables hold.
+    "STORE_MAX_ROWS": 200_000,
     # Largest websocket text frame accepted from a client, in bytes.
     "WS_MAX_FRAME_BYTES": 256 * 1024,
     # Client frames per second a connection may send (a token bucket of this rate

@@ -81,6 +81,7 @@ class Comment(models.Model):
         db_table = "comment"
         indexes = [
             models.Index(fields=["issue", "created_at"], name="comment_issue"),
+            models.Index(models.F("created_at").desc(), "id", name="comment_created"),
             models.Index(fields=["author"], name="comment_author"),
         ]
 

@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from ..exceptions import UNSUPPORTED
+from ..exceptions import UNSUPPORTED, ResnapshotRequired
 from .ast import QueryError, parse, query_key, subqueries, to_json
 from .evaluate import Evaluator
 from .store import MemoryStore, index_key
@@ -75,12 +75,16 @@ class FamilyTemplate:
 
 
 class Catalog:
-    """Live queries over a ``MemoryStore`` of ``schema``'s tables."""
+    """
+    Live queries over a store of ``schema``'s tables: a ``MemoryStore`` filled by
+    ``load`` (the fixtures, the oracles), or the ``PartitionStore`` a live catalog
+    reads the database through (``ivm.live``), started at its version.
+    """
 
-    def __init__(self, schema):
+    def __init__(self, schema, store=None, version=0):
         self.schema = schema
-        self.store = MemoryStore(schema)
-        self.version = 0
+        self.store = MemoryStore(schema) if store is None else store
+        self.version = version
         self.queries = {}  # key -> SharedQuery
         self._by_sub = {}  # subscriber -> key
         self._by_table = {}  # table -> {key}: unguarded views reading the table
@@ -117,14 +121,15 @@ class Catalog:
         """
         if version <= self.version:
             return {}, []  # already applied: a replayed tail never doubles a change
-        for table, old, new in changes:
-            self.store.apply(table, old, new)
+        self.store.advance(version, changes)
         self.version = version
         outputs, faults = {}, []
         for key, (routed, affected) in self._route(changes).items():
             shared = self.queries[key]
             try:
                 ops = shared.view.apply(routed, affected)
+            except ResnapshotRequired:  # the store cannot read at this version: nor can any view
+                raise
             except Exception as exc:  # one query's failure must not stop the others
                 logger.exception("rindle ivm: query %s faulted", key)
                 faults.append(self._fault(key, exc))

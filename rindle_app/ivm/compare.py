@@ -53,6 +53,27 @@ def sort_key(value):
     return (_OTHER, json.dumps(value, sort_keys=True, separators=(",", ":")))
 
 
+def key_value(key):
+    """
+    The value a ``sort_key`` stands for, as the database compares it: the inverse of
+    ``sort_key`` up to the comparator's equality (1 and 1.0 are one key; an integral
+    number comes back as an int). A JSON key has no value to compare with.
+    """
+    kind = key[0]
+    if kind == _NULL:
+        return None
+    if kind == _STRING:
+        return key[1]
+    if kind == _BOOL:
+        return bool(key[1])
+    if kind == _NUMBER:
+        if key[1]:  # a NaN: no cell equals it
+            return math.nan
+        number, remainder = key[2], key[4]
+        return int(number) + remainder if number.is_integer() else number
+    raise ValueError("a JSON value is never a lookup key")
+
+
 def reverse_sort_key(value):
     """
     A key whose Python ordering is the reverse of ``sort_key``'s: every component

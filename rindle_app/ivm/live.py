@@ -1,27 +1,31 @@
 """
-The live queries of one process: a catalog hydrated from the database at a
-version, then kept current by applying only the commits after that version.
+The live queries of one process: a catalog started at a version of the
+database, then kept current by applying only the commits after that version.
 """
 
 import logging
 import threading
 from collections import Counter, deque
 
+from ..conf import rindle_settings
 from ..exceptions import ResnapshotRequired
-from ..stream.reader import decode, hydrate, tail
+from ..stream import reader
+from ..stream.partitions import PartitionSource
+from ..stream.reader import decode, tail
 from .catalog import Catalog
+from .partitions import PartitionStore
 
 logger = logging.getLogger("rindle.ivm")
 
 
 class LiveQueries:
     """
-    Hydrates a ``Catalog`` over the engine's registered tables and advances it.
+    Starts a ``Catalog`` over the engine's registered tables and advances it.
 
-    The snapshot and its version are read in one snapshot (``stream.reader.hydrate``)
-    taking no lock: the catalog starts at the published ``safe_seq`` S of that
-    snapshot, and the changes above S the snapshot already holds (its skip set) are
-    skipped when the tail reaches them, so no change is lost or applied twice. Each
+    Starting reads no table: the catalog stands at the published ``safe_seq`` S and
+    its store (``ivm.partitions.PartitionStore``) reads the partitions its queries
+    touch when they touch them, each corrected to the catalog's version from the
+    outbox, so the store holds what is watched and a start serves at once. Each
     step applies every commit after the catalog's version: those the engine's writer
     handed over in process (``handoff=True``, SQLite: it reads its own transaction's
     outbox rows before committing, so no read is needed here) when they continue the
@@ -42,11 +46,6 @@ class LiveQueries:
         self._handoff = handoff
         self._handed = deque()
         self._lock = threading.Lock()
-        # Seqs above the hydration version whose changes the hydrated rows hold.
-        self._skip = frozenset()
-        # table -> (version, seqs): a table re-read at that version, holding those seqs
-        # above it, skips its changes up to the version and those seqs.
-        self._floors = {}
         self.resnapshots = Counter()  # reason -> re-hydrations
 
     def start(self):
@@ -60,11 +59,17 @@ class LiveQueries:
             self.engine.remove_change_listener(self._deliver)
 
     def _hydrate(self):
-        snap = hydrate(self.engine.using, list(self.engine.tables))
-        catalog = Catalog(self.engine.tables)
-        catalog.load(snap.version, snap.rows)
-        self.catalog, self.epoch = catalog, snap.state.epoch
-        self._skip, self._floors = snap.skip, {}
+        using, tables = self.engine.using, self.engine.tables
+        state, _nothing = reader.consistent_read(using, lambda cursor, state: None, fresh=True)
+        store = PartitionStore(
+            tables,
+            PartitionSource(using, state.epoch),
+            max_rows=int(rindle_settings.STORE_MAX_ROWS),
+            vendor=self.engine.vendor,
+        )
+        store.start(state.safe_seq)
+        self.catalog = Catalog(tables, store, version=state.safe_seq)
+        self.epoch = state.epoch
 
     def rehydrate(self, reason):
         """
@@ -111,48 +116,17 @@ class LiveQueries:
             version = max(version or 0, events[-1][0])
         if version is None or version <= self.catalog.version:
             return self.catalog.version, {}, []
-        changes = [
-            (name, old, new)
-            for seq, name, old, new in events
-            if name in tables and not self._skipped(seq, name)
-        ]
-        self._forget_skips(version)
+        changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
         outputs, faults = self.catalog.commit(version, changes)
         return version, outputs, faults
 
-    def _skipped(self, seq, name):
-        if seq in self._skip:
-            return True
-        floor = self._floors.get(name)
-        return floor is not None and (seq <= floor[0] or seq in floor[1])
-
-    def _forget_skips(self, version):
-        if self._skip and max(self._skip) <= version:
-            self._skip = frozenset()
-        if self._floors:
-            self._floors = {
-                t: (v, seqs)
-                for t, (v, seqs) in self._floors.items()
-                if v > version or (seqs and max(seqs) > version)
-            }
-
     def reload_table(self, name):
         """
-        Re-read one table whose definition changed (or drop it, if it is gone) while
-        every other table keeps its state: its rows are read at a version H of their
-        own (with the seqs above H they already hold), and those changes, already in
-        the rows, are skipped when the catalog catches up. The queries reading it
-        must be destroyed first.
+        Forget one table whose definition changed (or that is gone) while every other
+        table keeps its state: its partitions are read again, in the new shape, when a
+        query next touches them. The queries reading it must be destroyed first.
         """
-        table = self.engine.tables.by_name().get(name)
-        if table is None:
-            self._floors.pop(name, None)
-            self.catalog.replace_table(name, None)
-            return
-        snap = hydrate(self.engine.using, [table], table=name)
-        self.catalog.replace_table(name, snap.rows[name])
-        if snap.version > self.catalog.version or snap.skip:
-            self._floors[name] = (snap.version, snap.skip)
+        self.catalog.replace_table(name, None)
 
     def _read(self, tables):
         """(events after the version, the version they end at) read from the outbox."""

@@ -46,8 +46,24 @@ def compile_query(query, vendor, schema, *, render="fixture"):
     if not isinstance(query, Query):
         query = parse(query, schema)
     compiler = _Compiler(vendor, schema, render)
-    sql = compiler.root(query)
-    # Placeholders are numbered as they are made; renumber them in text order.
+    return _numbered(compiler, compiler.root(query))
+
+
+def compile_rows(query, vendor, schema):
+    """
+    ``(sql, params)``: ``FROM <table> t WHERE ... ORDER BY ... LIMIT ...`` of ONE level
+    of ``query`` (its where, start, order and limit; its relationships ignored), the
+    rows aliased ``t``: what the partition store reads a page or a partition with, in
+    the same semantics as the oracle's own levels.
+    """
+    if vendor not in _MAX_PAIRS:
+        raise ValueError(f"no SQL for {vendor!r}")
+    compiler = _Compiler(vendor, schema)
+    return _numbered(compiler, compiler.rows(query, compiler.table(query.table), "t"))
+
+
+def _numbered(compiler, sql):
+    """``(sql, params)`` with the compiler's placeholders renumbered in text order."""
     params = []
 
     def positional(match):

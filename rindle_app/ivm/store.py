@@ -117,7 +117,24 @@ class MemoryStore:
                 by_value[value] = ordered
         return ordered
 
+    def scan(self, table, order_by, guard=None, start=None, exclusive=False, where=None):
+        """
+        The rows of ``table`` (of one guard partition with ``guard``) in ``order_by``
+        order, after the row ``start`` (at or after unless ``exclusive``). ``where``
+        is the partition store's narrowing; every row is here, so it is not needed.
+        """
+        ordered = self.ordered(table, order_by, guard)
+        if start is None:
+            return iter(ordered)
+        key = order_key(order_by)(start)
+        return ordered.irange_key(key, inclusive=(not exclusive, True))
+
     # --- writing ---------------------------------------------------------------------
+
+    def advance(self, version, changes):
+        """Apply one commit's changes ((table, old, new), in order)."""
+        for table, old, new in changes:
+            self.apply(table, old, new)
 
     def drop(self, table):
         """Forget ``table``'s rows and indexes (its definition changed or it is gone)."""

@@ -20,7 +20,7 @@ from collections import Counter
 
 from sortedcontainers import SortedKeyList
 
-from .ast import And, Simple, subqueries
+from .ast import And, Or, Simple, subqueries
 from .compare import sort_key
 from .evaluate import Evaluator
 from .store import index_key, order_key
@@ -65,8 +65,13 @@ class View:
         self._guard = root_guard(query)
         self._subs = {}  # id(level query) -> its subqueries (the query tree never changes)
         self._bound = None
+        self._start = None  # the start bound as a row, for the store's scan
         if query.start is not None:
-            self._bound = (order_key(query.order_by)(dict(query.start.row)), query.start.exclusive)
+            self._start = dict(query.start.row)
+            self._bound = (order_key(query.order_by)(self._start), query.start.exclusive)
+        # The root conditions on the row alone: a store reading the database narrows
+        # what it reads by them (the view still tests every row it gets).
+        self._local = _row_local(query.where)
         # A partition window (see _is_partition_window) shows exactly the first ``limit``
         # rows of the store's ordered partition: it keeps those rows as a list (the
         # head) instead of an ordered copy of its own, and a commit compares the new
@@ -131,7 +136,8 @@ class View:
         q, touched = self.query, {}
         limit = q.limit
         members, roots = self._members, self._roots  # one root per member: len(roots) is theirs
-        last = self._key(members[-1]) if limit is not None and len(roots) >= limit > 0 else None
+        last_row = members[-1] if limit is not None and len(roots) >= limit > 0 else None
+        last = None if last_row is None else self._key(last_row)
         for pk in affected:
             if pk in roots:
                 self._evict(pk, touched)
@@ -147,7 +153,7 @@ class View:
                 if not self._key(row) > last:
                     self._admit(row, touched, pk)
             if len(roots) < limit:
-                for row in self._scan(after=last, need=limit - len(roots)):
+                for row in self._scan(after=last_row, need=limit - len(roots)):
                     self._admit(row, touched)
         else:
             for pk, row in candidates:
@@ -165,8 +171,9 @@ class View:
         """
         old, head = self._head, self._partition_head()
         self._head = head
-        if old == head:  # the same rows, or rows equal to them: nothing to show
-            return []
+        if len(old) == len(head) and all(a is b for a, b in zip(old, head)):
+            return []  # the same row objects: nothing changed in the head
+        # (Rows equal by value but new, 2.0 become 2 say, still replace the images.)
         kept, was = set(map(id, head)), set(map(id, old))
         touched = {}
         table, pk_of = self.query.table, self.store.pk
@@ -212,19 +219,16 @@ class View:
         return k > key if exclusive else not k < key
 
     def _scan(self, after, need):
-        """Qualifying root rows in order, strictly after ``after`` (a key), at most ``need``."""
+        """Qualifying root rows in order, strictly after the row ``after``, at most ``need``."""
         if need == 0:
             return
-        ordered = self.store.ordered(self.query.table, self.query.order_by, self._guard)
-        start, inclusive = None, True
+        start, exclusive = None, False
         if self._bound is not None:
-            start, inclusive = self._bound[0], not self._bound[1]
-        if after is not None and (start is None or not after < start):
-            start, inclusive = after, False
-        if start is None:
-            rows = ordered
-        else:
-            rows = ordered.irange_key(start, inclusive=(inclusive, True))
+            start, exclusive = self._start, self._bound[1]
+        if after is not None and (start is None or not self._key(after) < self._bound[0]):
+            start, exclusive = after, True
+        q = self.query
+        rows = self.store.scan(q.table, q.order_by, self._guard, start, exclusive, self._local)
         found = 0
         for row in rows:
             if self.evaluator.holds(self.query.where, row):
@@ -334,6 +338,26 @@ def _is_partition_window(query, guard):
             return False
         where = where.conditions[0]
     return isinstance(where, Simple) and where.op == "=" and where.column == guard[0]
+
+
+def _row_local(where):
+    """The part of ``where`` that reads the row alone (no subquery), or None."""
+    if where is None or isinstance(where, Simple):
+        return where
+    if isinstance(where, And):
+        local = [c for c in where.conditions if _is_local(c)]
+        if not local:
+            return None
+        return local[0] if len(local) == 1 else And(tuple(local))
+    return where if _is_local(where) else None
+
+
+def _is_local(condition):
+    if isinstance(condition, Simple):
+        return True
+    if isinstance(condition, (And, Or)):
+        return all(_is_local(c) for c in condition.conditions)
+    return False
 
 
 def root_guard(query):

@@ -1,0 +1,309 @@
+"""
+The live catalog's store: only the partitions live queries read, loaded from the
+database on demand and corrected to the exact version being processed.
+
+A **partition** is the set of rows of one table whose columns equal one key: the
+rows of a correlation (``comment.issueId = 'i7'``), of a primary key (one row), of
+a root guard (``post.board = 3``, kept in order for windows). Reading one that is
+not resident loads it; from then on ``advance`` keeps it in step with every commit,
+as ``MemoryStore`` keeps whole tables. A window over a whole table (no guard) is
+never loaded: ``scan`` pages through the database in the window's order.
+
+**The version rule** (DESIGN §2). The store stands at version V (the commit being
+processed), and the database may be ahead of it: other processes go on writing.
+A read is ONE snapshot that returns the rows it selects AND the outbox changes of
+their table above V (``PartitionSource.read``). Every change at or below V is in
+that snapshot (V is at most a published safe_seq, and a seq at or below safe_seq
+is final), so the snapshot is "V, then exactly those changes". Per row, seq order
+is commit order, so the row's image at V is the ``old`` image of the first change
+above V that names its key, and a key whose first change above V is a ``new``
+image did not exist at V. The rows read for keys that no change above V names are
+already as of V. So: the untouched rows as read, plus the images at V of the
+touched keys that fall in the partition (or the page), is the partition at V,
+exactly. The outbox above V is short: the hub is near the head, and retention
+never prunes above a reader (a read below the horizon raises
+``ResnapshotRequired``, as the tail does).
+
+A page of a scan covers the key range up to its last row read (everything when it
+came back short), so the images at V merged into it are those in that range, and
+the next page starts after it: each row at V is yielded once, whatever moved in the
+database between two pages.
+
+**Bounds.** Resident partitions are kept in least-recently-read order, and when
+their rows exceed ``max_rows`` (``RINDLE["STORE_MAX_ROWS"]``) the oldest are
+forgotten. Forgetting is only a cost, never an error: a partition read again is
+loaded again, at the version of that moment. Memory therefore follows what the
+live queries read, not the size of the tables.
+"""
+
+from collections import OrderedDict
+
+from sortedcontainers import SortedKeyList
+
+from .ast import And, Query, Simple, Start
+from .compare import key_value, sort_key
+from .sql import compile_rows
+from .store import index_key, order_key
+
+# A scan's first page holds twice what the view asks for (at least this many rows);
+# each further page doubles, up to the last size.
+_FIRST_PAGE, _LAST_PAGE = 64, 4096
+
+
+class PartitionStore:
+    """The store of a live catalog (see the module): partitions on demand, at version V."""
+
+    def __init__(self, schema, source, *, max_rows, vendor):
+        self.schema = schema
+        self.source = source  # .read(table, sql, params, version) -> (rows, later)
+        self.vendor = vendor
+        self.max_rows = max_rows
+        self.version = 0
+        self._lookups = {}  # table -> {columns: {key: {pk: row}}}: resident keys only
+        # table -> {column: {key: {order_by: SortedKeyList}}}: resident (column,) keys only
+        self._orders = {}
+        self._fresh = {}  # (table, pk) -> its image after this commit (None: gone)
+        self._resident = OrderedDict()  # (table, columns, key) -> None, oldest read first
+        self.rows_held = 0
+        self.loads = 0  # partitions and pages read from the database
+        self._primary_keys = {}
+
+    # --- reading ----------------------------------------------------------------------
+
+    def pk(self, table, row):
+        columns = self._primary_keys.get(table)
+        if columns is None:
+            columns = self._primary_keys[table] = self.schema.get(table).primary_key
+        if len(columns) == 1:
+            return (sort_key(row.get(columns[0])),)
+        return tuple([sort_key(row.get(c)) for c in columns])
+
+    def get(self, table, pk):
+        """The row of ``table`` with primary key ``pk`` at V, or None."""
+        fresh = self._fresh.get((table, pk), self)
+        if fresh is not self:  # changed by this commit: its image is the row at V
+            return fresh
+        columns = self._primary_key(table)
+        bucket = self._bucket(table, columns, pk)
+        return bucket.get(pk)
+
+    def lookup(self, table, columns, key):
+        """Rows of ``table`` whose ``columns`` equal ``key`` (an ``index_key``) at V."""
+        if key is None:
+            return ()
+        return tuple(self._bucket(table, columns, key).values())
+
+    def ordered(self, table, order_by, guard):
+        """The rows of one guard partition ((column, key)) in ``order_by`` order."""
+        if guard is None:
+            raise ValueError("a partition store keeps no whole-table order: use scan()")
+        column, key = guard
+        bucket = self._bucket(table, (column,), key)
+        by_order = self._orders.setdefault(table, {}).setdefault(column, {}).setdefault(key, {})
+        ordered = by_order.get(order_by)
+        if ordered is None:
+            ordered = by_order[order_by] = SortedKeyList(bucket.values(), key=order_key(order_by))
+        return ordered
+
+    def scan(self, table, order_by, guard=None, start=None, exclusive=False, where=None):
+        """
+        Rows of ``table`` at V in ``order_by`` order, after the row ``start`` (at or
+        after unless ``exclusive``); with ``guard``, of that partition only. ``where``
+        (conditions on the row alone) may narrow what is read: a caller still tests
+        each row, since the rows at V merged into a page are not narrowed by it.
+        """
+        if guard is not None:
+            ordered = self.ordered(table, order_by, guard)
+            if start is None:
+                return iter(ordered)
+            key = order_key(order_by)(start)
+            return ordered.irange_key(key, inclusive=(not exclusive, True))
+        return self._pages(table, order_by, start, exclusive, where)
+
+    # --- writing ---------------------------------------------------------------------
+
+    def advance(self, version, changes):
+        """Apply one commit's changes ((table, old, new), in order) and stand at ``version``."""
+        self._fresh = {}
+        for table, old, new in changes:
+            self.apply(table, old, new)
+        self.version = version
+
+    def start(self, version):
+        """Stand at ``version`` with nothing resident (a new or re-hydrated catalog)."""
+        self.version = version
+        self._fresh = {}
+
+    def apply(self, table, old, new):
+        fresh = self._fresh
+        old_pk = new_pk = None
+        if old is not None:
+            old_pk = self.pk(table, old)
+            fresh[(table, old_pk)] = None
+        if new is not None:
+            new = dict(new)
+            new_pk = self.pk(table, new)
+            fresh[(table, new_pk)] = new
+        indexes = self._lookups.get(table)
+        if not indexes:
+            return  # nothing of this table is resident: the change needs no upkeep here
+        orders = self._orders.get(table, {})
+        for columns, index in indexes.items():
+            by_key = orders.get(columns[0]) if len(columns) == 1 else None
+            if old is not None:
+                bucket = index.get(index_key(old, columns))
+                if bucket is not None:
+                    stored = bucket.pop(old_pk, None)
+                    if stored is not None:
+                        self.rows_held -= 1
+                        if by_key:
+                            _unorder(by_key, index_key(old, columns), stored)
+            if new is not None:
+                k = index_key(new, columns)
+                bucket = index.get(k)
+                if bucket is not None:
+                    stored = bucket.pop(new_pk, None)
+                    if stored is not None:  # an insert over a key it holds replaces it
+                        self.rows_held -= 1
+                        if by_key:
+                            _unorder(by_key, k, stored)
+                    bucket[new_pk] = new
+                    self.rows_held += 1
+                    if by_key:
+                        for ordered in by_key.get(k, {}).values():
+                            ordered.add(new)
+
+    def drop(self, table):
+        """Forget ``table``'s partitions (its definition changed or it is gone)."""
+        for entry in [e for e in self._resident if e[0] == table]:
+            self._forget(entry)
+        for held in (self._lookups, self._orders, self._primary_keys):
+            held.pop(table, None)
+        self._fresh = {k: v for k, v in self._fresh.items() if k[0] != table}
+
+    def clear(self):
+        """Forget every partition (a re-hydration)."""
+        self._lookups, self._orders, self._fresh = {}, {}, {}
+        self._resident.clear()
+        self.rows_held = 0
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _primary_key(self, table):
+        columns = self._primary_keys.get(table)
+        if columns is None:
+            columns = self._primary_keys[table] = tuple(self.schema.get(table).primary_key)
+        return columns
+
+    def _bucket(self, table, columns, key):
+        index = self._lookups.setdefault(table, {}).setdefault(columns, {})
+        bucket = index.get(key)
+        entry = (table, columns, key)
+        if bucket is not None:
+            self._resident.move_to_end(entry)
+            return bucket
+        bucket = self._load(table, columns, key)
+        index[key] = bucket
+        self._resident[entry] = None
+        self.rows_held += len(bucket)
+        self._evict(keep=entry)
+        return bucket
+
+    def _load(self, table, columns, key):
+        """The partition ``columns = key`` of ``table`` at V, read in one snapshot."""
+        values = [key_value(part) for part in key]
+        where = And(tuple(Simple("=", c, v) for c, v in zip(columns, values)))
+        pk_order = tuple((c, "asc") for c in self._primary_key(table))
+        rows, touched = self._read(Query(table=table, where=where, order_by=pk_order))
+        bucket = {}
+        for row in rows:
+            pk = self.pk(table, row)
+            if pk not in touched:
+                bucket[pk] = row
+        for pk, image in touched.items():
+            if image is not None and index_key(image, columns) == key:
+                bucket[pk] = dict(image)
+        return bucket
+
+    def _pages(self, table, order_by, start, exclusive, where):
+        key = order_key(order_by)
+        bound = None if start is None else key(start)
+        size = _FIRST_PAGE
+        while True:
+            page_start = None
+            if start is not None:
+                page_start = Start(tuple((c, start.get(c)) for c, _d in order_by), exclusive)
+            query = Query(table, where=where, order_by=order_by, start=page_start, limit=size)
+            rows, touched = self._read(query)
+            full = len(rows) == size
+            upper = key(rows[-1]) if full else None
+            page = [r for r in rows if self.pk(table, r) not in touched]
+            for image in touched.values():
+                if image is None:
+                    continue
+                k = key(image)
+                if bound is not None and (k < bound or (exclusive and k == bound)):
+                    continue
+                if upper is None or not k > upper:
+                    page.append(dict(image))
+            page.sort(key=key)
+            # Each row read is its primary key's partition at V: a view that shows it
+            # finds it by key later without reading the database again.
+            page = [self._remember(table, row) for row in page]
+            self._evict(keep=None)
+            yield from page
+            if not full:
+                return
+            start, exclusive, bound = rows[-1], True, upper
+            size = min(size * 2, _LAST_PAGE)
+
+    def _remember(self, table, row):
+        """Make ``row`` (read at V) its primary key's resident partition; the row held."""
+        columns = self._primary_key(table)
+        pk = self.pk(table, row)
+        index = self._lookups.setdefault(table, {}).setdefault(columns, {})
+        bucket = index.get(pk)
+        if bucket is not None:
+            return bucket.get(pk, row)
+        index[pk] = {pk: row}
+        self._resident[(table, columns, pk)] = None
+        self.rows_held += 1
+        return row
+
+    def _read(self, query):
+        """(rows, {pk: image at V or None}) of ``query``'s level, in ONE snapshot."""
+        sql, params = compile_rows(query, self.vendor, self.schema)
+        rows, later = self.source.read(self.schema.get(query.table), sql, params, self.version)
+        self.loads += 1
+        touched = {}
+        table = query.table
+        for old, new in later:  # oldest first: the first image of a key is its state at V
+            if old is not None:
+                touched.setdefault(self.pk(table, old), old)
+            if new is not None:
+                touched.setdefault(self.pk(table, new), None)
+        return rows, touched
+
+    def _evict(self, keep):
+        """Forget the least recently read partitions while more than ``max_rows`` are held."""
+        resident = self._resident
+        while self.rows_held > self.max_rows and len(resident) > 1:
+            entry = next(iter(resident))
+            if entry == keep:
+                resident.move_to_end(entry)
+                continue
+            self._forget(entry)
+
+    def _forget(self, entry):
+        table, columns, key = entry
+        del self._resident[entry]
+        bucket = self._lookups.get(table, {}).get(columns, {}).pop(key, None)
+        if bucket is not None:
+            self.rows_held -= len(bucket)
+        if len(columns) == 1:
+            self._orders.get(table, {}).get(columns[0], {}).pop(key, None)
+
+
+def _unorder(by_key, key, row):
+    for ordered in by_key.get(key, {}).values():
+        ordered.remove(row)
