@@ -315,7 +315,11 @@ class Hub:
                 self._drop(old)
             epoch = conn.epochs.get(query_id, 0) + 1
             conn.epochs[query_id] = epoch
-            shared = self.catalog.register(ast)
+            try:
+                shared = self.catalog.register(ast)
+            except ResnapshotRequired as exc:  # its partitions are below the horizon
+                self._resnapshot(exc)
+                shared = self.catalog.register(ast)
             encoded = self._encoding(shared)
             sub = Sub(conn, query_id, epoch, mode, shared.key)
             ops = self.catalog.attach(shared.key, sub)

@@ -1,9 +1,10 @@
 """
-Reading the outbox without a lock: a consistent snapshot of the synced tables, one
-query's view, and the committed changes after a version, in order.
+Reading the outbox without a lock: the committed changes after a version, in
+order; one query's view; a snapshot of whole tables (the oracles'); and the read
+transaction every other read (``stream.partitions``) runs in.
 
 Rows come back as the same JSON images the capture triggers record, so a row read
-at hydration and the same row arriving as a change are equal value for value.
+from a table and the same row arriving as a change are equal value for value.
 
 Every read starts from the stream's state row (``stream.state``) read in the SAME
 snapshot as the data, and never takes the exclusive side of the outbox fence, so
@@ -16,18 +17,16 @@ no reader ever makes a writer wait:
   a step ends at a published ``safe_seq``, the only versions that are states the
   database was in (transactions interleave their seqs, so a page boundary could end
   a step halfway through two of them).
-- **Hydration** (``hydrate``) is a REPEATABLE READ READ ONLY snapshot that reads the
-  state (its ``safe_seq`` is S), the tables, and the outbox seqs above S that the
-  snapshot already holds (the skip set). Its rows are the database at S plus exactly
-  the transactions of the skip set: a tail going on from S that skips those seqs
-  applies every other change once. Per row, seq order is commit order (a capture
-  trigger allocates the seq while the row is locked), so a change applied after a
-  skipped later one of the same row cannot exist.
+- **A partition read** (``stream.partitions``) is a REPEATABLE READ READ ONLY
+  snapshot (``consistent_read``) of some rows and the outbox changes of their table
+  above a version: the live catalog's store corrects the rows back to its version
+  with them. Per row, seq order is commit order (a capture trigger allocates the
+  seq while the row is locked).
 - **The SSR read** (``read_query``) reads the state and the query in one such
   snapshot and reports S: see there.
 
 On SQLite the write lock orders commits by seq, so ``safe_seq`` is the greatest
-seq (``stream.state.read``) and the skip set is always empty.
+seq (``stream.state.read``).
 """
 
 import json
@@ -52,22 +51,6 @@ def decode(table, image):
         if column.type == "boolean" and image.get(column.name) in (0, 1):
             image[column.name] = bool(image[column.name])
     return image
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """
-    Tables read at one snapshot: ``rows`` hold every change at or below
-    ``state.safe_seq`` and exactly the changes whose seqs are in ``skip`` (above it).
-    """
-
-    state: stream_state.State
-    skip: frozenset
-    rows: dict
-
-    @property
-    def version(self):
-        return self.state.safe_seq
 
 
 @dataclass(frozen=True)
@@ -157,38 +140,25 @@ def consistent_read(using, read, *, fresh=False):
     raise RuntimeError("the stream's state row vanished twice while being read")
 
 
-def hydrate(using, tables, *, table=None):
+def snapshot(using, tables):
     """
-    A ``Snapshot`` of ``tables`` (see the module docstring). With ``table`` (the name
-    of the one table re-read), the skip set holds only that table's seqs: the other
-    tables' changes are not in these rows.
+    (version, {table name: [rows]}) of whole tables read in ONE snapshot: the rows
+    hold every change at or below ``version`` (the published safe_seq), and on
+    PostgreSQL possibly some committed above it. The oracles' fresh read; no serving
+    path reads a whole table.
     """
 
-    def read(cursor, current):
+    def read(cursor, _current):
         vendor = cursor.db.vendor
         rows = {}
         for t in tables:
             image = sqlite_image("t", t) if vendor == "sqlite" else "to_jsonb(t)"
             cursor.execute(f"SELECT {image} FROM {quote(t.name)} AS t")
             rows[t.name] = [decode(t, r[0]) for r in cursor.fetchall()]
-        sql, params = f"SELECT seq FROM {OUTBOX} WHERE seq > %s", [current.safe_seq]
-        if table is not None:
-            sql, params = sql + ' AND "table" = %s', params + [table]
-        cursor.execute(sql, params)
-        return frozenset(r[0] for r in cursor.fetchall()), rows
+        return rows
 
-    current, (skip, rows) = consistent_read(using, read, fresh=True)
-    return Snapshot(current, skip, rows)
-
-
-def snapshot(using, tables):
-    """
-    (version, {table name: [rows]}) read in ONE snapshot: the rows hold every change
-    at or below ``version`` (the published safe_seq), and on PostgreSQL possibly some
-    committed above it (``hydrate`` says which). The oracles' fresh read.
-    """
-    snap = hydrate(using, tables)
-    return snap.version, snap.rows
+    current, rows = consistent_read(using, read, fresh=True)
+    return current.safe_seq, rows
 
 
 def read_query(using, query, schema):
