@@ -8,6 +8,7 @@ import json
 from collections import Counter
 
 from bench.ivm_base import first_difference, perf, print_gate_failure
+from rindle_app.testing import store_differences
 
 
 class Gates:
@@ -19,17 +20,7 @@ class Gates:
         catalog = live.catalog
         tables = [self.engine.tables.get(t) for t in self.TABLES]
         version, fresh, failures = self._fresh(tables, catalog.version)
-        store = catalog.store
-        for t in tables:
-            want = {store.pk(t.name, r): r for r in fresh[t.name]}
-            got = {pk: r for pk, r in ((store.pk(t.name, r), r) for r in store.rows(t.name))}
-            if got != want:
-                missing = len(set(want) - set(got))
-                extra = len(set(got) - set(want))
-                failures.append(
-                    f"store {t.name} differs from the database ({missing} missing, "
-                    f"{extra} extra, {len(want)} rows)"
-                )
+        failures.extend(store_differences(catalog.store, fresh))
         views = []
         for b in self.bindings:
             view = catalog.queries[keys[b]].view
@@ -39,12 +30,12 @@ class Gates:
         if literal:
             from rindle_app.ivm.evaluate import evaluate
 
-            rows = {t.name: list(store.rows(t.name)) for t in tables}
+            rows = fresh  # the database at the catalog's version: what the store reads
             sample = self.rng.sample(self.bindings, min(literal, len(self.bindings)))
             for b in sample:
                 shared = catalog.queries[keys[b]]
                 if shared.view.result() != evaluate(shared.query, rows, self.engine.tables):
-                    failures.append(f"{self.family}[{b!r}]: view != evaluate() over the store")
+                    failures.append(f"{self.family}[{b!r}]: view != evaluate() over the database rows")
         return self._record_gate(label, failures, len(sample), t0)
 
     def gate_follower(self, report, label):

@@ -48,7 +48,21 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
     errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
     errors.extend(_check_retention())
+    errors.extend(_check_store_rows(user.get("STORE_MAX_ROWS", DEFAULTS["STORE_MAX_ROWS"])))
     return errors
+
+
+def _check_store_rows(value):
+    if type(value) is int and value >= 1:
+        return []
+    return [
+        Error(
+            f"RINDLE['STORE_MAX_ROWS'] must be a positive integer, not {value!r}.",
+            hint="It bounds the rows the live queries' store keeps per process (200000 by "
+            "default); past it the partitions read least recently are read again on demand.",
+            id="rindle.E031",
+        )
+    ]
 
 
 def _check_retention():

@@ -130,6 +130,19 @@ class EngineCollector:
             "a restored database), by reason. Every subscription got a fresh snapshot.",
             labels=["database", "reason"],
         )
+        store_rows = GaugeMetricFamily(
+            "rindle_store_rows",
+            "Rows the live queries' partition store holds resident (bounded by "
+            "RINDLE['STORE_MAX_ROWS']): what is watched, not what the tables hold.",
+            labels=["database"],
+        )
+        store_reads = CounterMetricFamily(
+            "rindle_store_reads",
+            "Partitions and pages the live queries' store read from the database "
+            "(a first query of a shape, a window refill, a partition read again after "
+            "it was forgotten).",
+            labels=["database"],
+        )
         for runtime in runtimes():
             using, engine = runtime.using, runtime.running_engine
             if engine is None:
@@ -143,9 +156,15 @@ class EngineCollector:
 
                 for reason in (R.BELOW_HORIZON, R.EPOCH_MISMATCH):
                     resnapshots.add_metric([using, reason], live.resnapshots[reason])
+                store = getattr(live.catalog, "store", None)
+                if store is not None and hasattr(store, "rows_held"):
+                    store_rows.add_metric([using], store.rows_held)
+                    store_reads.add_metric([using], store.loads)
         yield producers
         yield queue
         yield resnapshots
+        yield store_rows
+        yield store_reads
 
     def describe(self):
         return []

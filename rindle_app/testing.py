@@ -191,6 +191,33 @@ def reference_view(query, source, schema):
     return nodes, row_set(seen)
 
 
+def store_differences(store, fresh):
+    """
+    Where a live store disagrees with ``fresh`` ({table: rows} read at the store's
+    version), as messages: each table a ``MemoryStore`` holds, or each partition a
+    ``PartitionStore`` holds, against the same rows picked from ``fresh``.
+    """
+    from .ivm.store import index_key
+
+    problems = []
+    for table, columns, key, held in store.holdings():
+        if table not in fresh:
+            continue
+        want = {
+            store.pk(table, r): r
+            for r in fresh[table]
+            if columns is None or index_key(r, columns) == key
+        }
+        if held != want:
+            missing, extra = len(set(want) - set(held)), len(set(held) - set(want))
+            where = table if columns is None else f"{table} partition {columns}"
+            problems.append(
+                f"store {where} differs from the database ({missing} missing, "
+                f"{extra} extra, {len(want)} rows)"
+            )
+    return problems
+
+
 def fresh_rows(engine, tables=None):
     """``(version, {table: rows})``: a new snapshot of ``engine``'s tables (or ``tables``)."""
     from .stream.reader import snapshot

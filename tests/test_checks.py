@@ -274,3 +274,12 @@ def test_the_production_settings_template_passes_check_deploy(tmp_path):
     refused = manage_check(tmp_path, *deploy, **env)
     assert refused.returncode != 0
     assert "DJANGO_SECRET_KEY must be set" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("value", [0, -5, "100", 1.5, None, True])
+def test_a_store_bound_that_is_not_a_positive_integer_is_check_e031(settings, value):
+    """STORE_MAX_ROWS bounds the live store's memory: anything but a positive int is refused."""
+    settings.RINDLE = {**getattr(settings, "RINDLE", {}), "STORE_MAX_ROWS": value}
+    assert "rindle.E031" in [e.id for e in check_settings(None)]
+    settings.RINDLE = {**settings.RINDLE, "STORE_MAX_ROWS": 1000}
+    assert "rindle.E031" not in [e.id for e in check_settings(None)]

@@ -120,6 +120,11 @@ class PartitionStore:
             return ordered.irange_key(key, inclusive=(not exclusive, True))
         return self._pages(table, order_by, start, exclusive, where)
 
+    def holdings(self):
+        """Every resident partition as (table, columns, key, {pk: row}): for the oracles."""
+        for table, columns, key in self._resident:
+            yield table, columns, key, self._lookups[table][columns][key]
+
     # --- writing ---------------------------------------------------------------------
 
     def advance(self, version, changes):

@@ -129,6 +129,11 @@ class MemoryStore:
         key = order_key(order_by)(start)
         return ordered.irange_key(key, inclusive=(not exclusive, True))
 
+    def holdings(self):
+        """Every table held, as (table, None, None, {pk: row}): for the oracles."""
+        for table, rows in self._rows.items():
+            yield table, None, None, rows
+
     # --- writing ---------------------------------------------------------------------
 
     def advance(self, version, changes):
