@@ -35,7 +35,7 @@ class Gates:
             for b in sample:
                 shared = catalog.queries[keys[b]]
                 if shared.view.result() != evaluate(shared.query, rows, self.engine.tables):
-                    failures.append(f"{self.family}[{b!r}]: view != evaluate() over the database rows")
+                    failures.append(f"{self.family}[{b!r}]: view != evaluate() over the database")
         return self._record_gate(label, failures, len(sample), t0)
 
     def gate_follower(self, report, label):

@@ -133,7 +133,7 @@ class UIViews(UIData):
             rows = self.source.rows  # the database at the catalog's version
             literal = got == evaluate(shared.query, rows, schema)
             if not literal:
-                failures.append(f"{name}: view != evaluate() over the database rows")
+                failures.append(f"{name}: view != evaluate() over the database")
         return literal
 
     def e2e_pairs(self, live, name, ast, how, sql):
