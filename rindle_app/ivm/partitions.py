@@ -27,7 +27,10 @@ never prunes above a reader (a read below the horizon raises
 A page of a scan covers the key range up to its last row read (everything when it
 came back short), so the images at V merged into it are those in that range, and
 the next page starts after it: each row at V is yielded once, whatever moved in the
-database between two pages.
+database between two pages. The pages read from the start of a window's order are
+kept as a **run**: every row of the table in that order (narrowed by the window's
+row conditions) up to the last key read, kept in step like a partition, so a window
+that loses a row refills from memory, and reads the database only past the run.
 
 **Bounds.** Resident partitions are kept in least-recently-read order, and when
 their rows exceed ``max_rows`` (``RINDLE["STORE_MAX_ROWS"]``) the oldest are
@@ -42,12 +45,28 @@ from sortedcontainers import SortedKeyList
 
 from .ast import And, Query, Simple, Start
 from .compare import key_value, sort_key
+from .evaluate import Evaluator
 from .sql import compile_rows
 from .store import index_key, order_key
 
 # A scan's first page holds twice what the view asks for (at least this many rows);
 # each further page doubles, up to the last size.
 _FIRST_PAGE, _LAST_PAGE = 64, 4096
+# A run keeps at most this many rows (its first ones: a window reads from the start).
+_RUN_ROWS = 2 * _LAST_PAGE
+
+
+class _Run:
+    """The first rows of a table in one order (and row conditions), up to ``upper``."""
+
+    __slots__ = ("key", "where", "rows", "by_pk", "upper", "last", "complete")
+
+    def __init__(self, key, where):
+        self.key, self.where = key, where
+        self.rows = SortedKeyList(key=key)
+        self.by_pk = {}
+        self.upper = self.last = None  # the key, and the row, of the last row read
+        self.complete = False  # True when the run holds every row to the end
 
 
 class PartitionStore:
@@ -63,6 +82,8 @@ class PartitionStore:
         # table -> {column: {key: {order_by: SortedKeyList}}}: resident (column,) keys only
         self._orders = {}
         self._fresh = {}  # (table, pk) -> its image after this commit (None: gone)
+        self._runs = {}  # table -> {(order_by, where): _Run}
+        self._local = Evaluator(None, schema)  # row conditions only: no source needed
         self._resident = OrderedDict()  # (table, columns, key) -> None, oldest read first
         self.rows_held = 0
         self.loads = 0  # partitions and pages read from the database
@@ -118,12 +139,13 @@ class PartitionStore:
                 return iter(ordered)
             key = order_key(order_by)(start)
             return ordered.irange_key(key, inclusive=(not exclusive, True))
-        return self._pages(table, order_by, start, exclusive, where)
+        return self._scan_run(table, order_by, start, exclusive, where)
 
     def holdings(self):
         """Every resident partition as (table, columns, key, {pk: row}): for the oracles."""
         for table, columns, key in self._resident:
-            yield table, columns, key, self._lookups[table][columns][key]
+            if columns is not None:  # a run is a range, not a partition: see the views
+                yield table, columns, key, self._lookups[table][columns][key]
 
     # --- writing ---------------------------------------------------------------------
 
@@ -149,6 +171,9 @@ class PartitionStore:
             new = dict(new)
             new_pk = self.pk(table, new)
             fresh[(table, new_pk)] = new
+        runs = self._runs.get(table)
+        if runs:
+            self._apply_runs(runs, old_pk, new, new_pk)
         indexes = self._lookups.get(table)
         if not indexes:
             return  # nothing of this table is resident: the change needs no upkeep here
@@ -182,13 +207,13 @@ class PartitionStore:
         """Forget ``table``'s partitions (its definition changed or it is gone)."""
         for entry in [e for e in self._resident if e[0] == table]:
             self._forget(entry)
-        for held in (self._lookups, self._orders, self._primary_keys):
+        for held in (self._lookups, self._orders, self._runs, self._primary_keys):
             held.pop(table, None)
         self._fresh = {k: v for k, v in self._fresh.items() if k[0] != table}
 
     def clear(self):
         """Forget every partition (a re-hydration)."""
-        self._lookups, self._orders, self._fresh = {}, {}, {}
+        self._lookups, self._orders, self._fresh, self._runs = {}, {}, {}, {}
         self._resident.clear()
         self.rows_held = 0
 
@@ -230,7 +255,49 @@ class PartitionStore:
                 bucket[pk] = dict(image)
         return bucket
 
+    def _scan_run(self, table, order_by, start, exclusive, where):
+        """A scan over a whole table: from its run where it has one, then from pages."""
+        runs = self._runs.setdefault(table, {})
+        name = (order_by, repr(where))  # a condition may hold a list (IN): not hashable
+        run = runs.get(name)
+        if run is None:
+            if start is not None:  # a scan from the middle: no run to start
+                yield from self._pages(table, order_by, start, exclusive, where)
+                return
+            run = runs[name] = _Run(order_key(order_by), where)
+            self._resident[(table, None, name)] = None
+        else:
+            self._resident.move_to_end((table, None, name))
+        key = run.key
+        bound = None if start is None else key(start)
+        if bound is None:
+            yield from run.rows
+        else:
+            yield from run.rows.irange_key(bound, inclusive=(not exclusive, True))
+        if run.complete:
+            return
+        # Past the run: read on from its last row, and keep what is read in it.
+        after = run.last
+        for page, upper, full in self._page_reads(table, order_by, after, after is not None, where):
+            if runs.get(name) is not run:  # forgotten meanwhile
+                yield from (r for r in page if bound is None or _after(key(r), bound, exclusive))
+                continue
+            for row in page:
+                run.rows.add(row)
+                run.by_pk[self.pk(table, row)] = row
+            self.rows_held += len(page)
+            run.upper, run.complete = upper, not full
+            if full:
+                run.last = self._last_read
+            self._trim(table, run)
+            yield from (r for r in page if bound is None or _after(key(r), bound, exclusive))
+
     def _pages(self, table, order_by, start, exclusive, where):
+        for page, _upper, _full in self._page_reads(table, order_by, start, exclusive, where):
+            yield from page
+
+    def _page_reads(self, table, order_by, start, exclusive, where):
+        """(rows at V, the key they end at, whether more may follow) page by page."""
         key = order_key(order_by)
         bound = None if start is None else key(start)
         size = _FIRST_PAGE
@@ -256,11 +323,42 @@ class PartitionStore:
             # finds it by key later without reading the database again.
             page = [self._remember(table, row) for row in page]
             self._evict(keep=None)
-            yield from page
+            self._last_read = rows[-1] if full else None
+            yield page, upper, full
             if not full:
                 return
             start, exclusive, bound = rows[-1], True, upper
             size = min(size * 2, _LAST_PAGE)
+
+    def _apply_runs(self, runs, old_pk, new, new_pk):
+        for run in runs.values():
+            if old_pk is not None:
+                stored = run.by_pk.pop(old_pk, None)
+                if stored is not None:
+                    run.rows.remove(stored)
+                    self.rows_held -= 1
+            if new is not None:
+                stored = run.by_pk.pop(new_pk, None)
+                if stored is not None:
+                    run.rows.remove(stored)
+                    self.rows_held -= 1
+                inside = run.complete or (run.upper is not None and not run.key(new) > run.upper)
+                if inside and self._local.holds(run.where, new):
+                    run.rows.add(new)
+                    run.by_pk[new_pk] = new
+                    self.rows_held += 1
+
+    def _trim(self, table, run):
+        """Keep a run's first ``_RUN_ROWS`` rows; what lies past them is read again."""
+        extra = len(run.rows) - _RUN_ROWS
+        if extra <= 0:
+            return
+        for row in run.rows[-extra:]:
+            del run.by_pk[self.pk(table, row)]
+        del run.rows[-extra:]
+        self.rows_held -= extra
+        run.last = run.rows[-1]
+        run.upper, run.complete = run.key(run.last), False
 
     def _remember(self, table, row):
         """Make ``row`` (read at V) its primary key's resident partition; the row held."""
@@ -302,11 +400,20 @@ class PartitionStore:
     def _forget(self, entry):
         table, columns, key = entry
         del self._resident[entry]
+        if columns is None:  # a run
+            run = self._runs.get(table, {}).pop(key, None)
+            if run is not None:
+                self.rows_held -= len(run.rows)
+            return
         bucket = self._lookups.get(table, {}).get(columns, {}).pop(key, None)
         if bucket is not None:
             self.rows_held -= len(bucket)
         if len(columns) == 1:
             self._orders.get(table, {}).get(columns[0], {}).pop(key, None)
+
+
+def _after(k, bound, exclusive):
+    return k > bound or (not exclusive and k == bound)
 
 
 def _unorder(by_key, key, row):

@@ -319,8 +319,13 @@ def test_changes_committed_above_the_start_version_arrive_once(engine):
             if op["table"] in ("issue", "comment")
         }
         if catalog is live:
-            held = [("comment", "add", "c-held"), ("comment", "add", "c-next")]
-            assert set(held) <= sent, sent
+            # PostgreSQL: c-held is above the published watermark the catalog started
+            # at, so the step brings it; SQLite: the watermark is the newest seq, so it
+            # was in the views from the start and is not sent again.
+            held = {("comment", "add", "c-next")}
+            if connection.vendor == "postgresql":
+                held.add(("comment", "add", "c-held"))
+            assert {k for k in sent if k[2] in ("c-held", "c-next")} == held, sent
             ops = outputs[shared[1].key]
             ids = [
                 (op["table"], op["op"], (op.get("row") or op.get("new"))["id"])
