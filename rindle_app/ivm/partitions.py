@@ -54,6 +54,8 @@ from .store import index_key, order_key
 _FIRST_PAGE, _LAST_PAGE = 64, 4096
 # A run keeps at most this many rows (its first ones: a window reads from the start).
 _RUN_ROWS = 2 * _LAST_PAGE
+# Keys one prefetch read asks for at most (one IN list).
+_PREFETCH_KEYS = 500
 
 
 class _Run:
@@ -146,6 +148,42 @@ class PartitionStore:
         for table, columns, key in self._resident:
             if columns is not None:  # a run is a range, not a partition: see the views
                 yield table, columns, key, self._lookups[table][columns][key]
+
+    def prefetch(self, table, columns, keys):
+        """
+        Make the partitions ``columns = key`` of ``table`` resident for every key of
+        ``keys`` (index keys; None ignored), reading the missing ones together: a
+        view about to render 50 parents reads their children in one read, not 50.
+        """
+        if len(columns) != 1:
+            return
+        index = self._lookups.setdefault(table, {}).setdefault(columns, {})
+        missing = sorted({k for k in keys if k is not None and k not in index})
+        if len(missing) < 2:
+            return
+        (column,) = columns
+        pk_order = tuple((c, "asc") for c in self._primary_key(table))
+        for at in range(0, len(missing), _PREFETCH_KEYS):
+            chunk = missing[at : at + _PREFETCH_KEYS]
+            where = Simple("IN", column, [key_value(k[0]) for k in chunk])
+            rows, touched = self._read(Query(table, where=where, order_by=pk_order))
+            buckets = {k: {} for k in chunk}
+            for row in rows:
+                pk = self.pk(table, row)
+                if pk not in touched:
+                    bucket = buckets.get(index_key(row, columns))
+                    if bucket is not None:
+                        bucket[pk] = row
+            for pk, image in touched.items():
+                if image is not None:
+                    bucket = buckets.get(index_key(image, columns))
+                    if bucket is not None:
+                        bucket[pk] = dict(image)
+            for k, bucket in buckets.items():
+                index[k] = bucket
+                self._resident[(table, columns, k)] = None
+                self.rows_held += len(bucket)
+        self._evict(keep=None)
 
     # --- writing ---------------------------------------------------------------------
 

@@ -129,6 +129,9 @@ class MemoryStore:
         key = order_key(order_by)(start)
         return ordered.irange_key(key, inclusive=(not exclusive, True))
 
+    def prefetch(self, table, columns, keys):
+        """Nothing to read: every row is here (see ``PartitionStore.prefetch``)."""
+
     def holdings(self):
         """Every table held, as (table, None, None, {pk: row}): for the oracles."""
         for table, rows in self._rows.items():

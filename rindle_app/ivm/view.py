@@ -107,9 +107,25 @@ class View:
             for row in self._head:
                 self._show(row, touched)
             return self._ops(touched)
-        for row in self._scan(after=None, need=self.query.limit):
+        roots = list(self._scan(after=None, need=self.query.limit))
+        self._prefetch(self.query, roots)
+        for row in roots:
             self._admit(row, touched)
         return self._ops(touched)
+
+    def _prefetch(self, q, rows):
+        """Ask the store for the partitions ``rows``' subtrees read, level by level, at once."""
+        for related in self._subqueries(q):
+            if not rows:
+                return
+            sub = related.subquery
+            keys = [index_key(r, related.parent_fields) for r in rows]
+            self.store.prefetch(sub.table, related.child_fields, keys)
+            if self._subqueries(sub):
+                children = [
+                    c for k in keys for c in self.store.lookup(sub.table, related.child_fields, k)
+                ]
+                self._prefetch(sub, children)
 
     def affected_roots(self, changes):
         """{root pk: [row versions]} of the root rows ``changes`` may alter."""
