@@ -264,12 +264,19 @@ class PartitionStore:
         return columns
 
     def _bucket(self, table, columns, key):
-        index = self._lookups.setdefault(table, {}).setdefault(columns, {})
-        bucket = index.get(key)
+        indexes = self._lookups.get(table)
+        index = None if indexes is None else indexes.get(columns)
+        if index is not None:
+            bucket = index.get(key)
+            if bucket is not None:
+                # The read order matters only once forgetting is near: under half the
+                # bound, a hit (every commit's hot path) skips the bookkeeping.
+                if self.rows_held > self.max_rows >> 1:
+                    self._resident.move_to_end((table, columns, key))
+                return bucket
+        else:
+            index = self._lookups.setdefault(table, {}).setdefault(columns, {})
         entry = (table, columns, key)
-        if bucket is not None:
-            self._resident.move_to_end(entry)
-            return bucket
         bucket = self._load(table, columns, key)
         index[key] = bucket
         self._resident[entry] = None
