@@ -59,12 +59,16 @@ _PREFETCH_KEYS = 500
 
 
 class _Run:
-    """The first rows of a table in one order (and row conditions), up to ``upper``."""
+    """
+    The rows of a table in one order (and row conditions) from an origin (a window's
+    start bound, or the beginning) up to ``upper``.
+    """
 
-    __slots__ = ("key", "where", "rows", "by_pk", "upper", "last", "complete")
+    __slots__ = ("key", "where", "origin", "lower", "rows", "by_pk", "upper", "last", "complete")
 
-    def __init__(self, key, where):
-        self.key, self.where = key, where
+    def __init__(self, key, where, origin):
+        self.key, self.where, self.origin = key, where, origin  # origin: (row, exclusive)
+        self.lower = None if origin is None else (key(origin[0]), origin[1])
         self.rows = SortedKeyList(key=key)
         self.by_pk = {}
         self.upper = self.last = None  # the key, and the row, of the last row read
@@ -128,7 +132,9 @@ class PartitionStore:
             ordered = by_order[order_by] = SortedKeyList(bucket.values(), key=order_key(order_by))
         return ordered
 
-    def scan(self, table, order_by, guard=None, start=None, exclusive=False, where=None):
+    def scan(
+        self, table, order_by, guard=None, start=None, exclusive=False, where=None, origin=None
+    ):
         """
         Rows of ``table`` at V in ``order_by`` order, after the row ``start`` (at or
         after unless ``exclusive``); with ``guard``, of that partition only. ``where``
@@ -141,7 +147,7 @@ class PartitionStore:
                 return iter(ordered)
             key = order_key(order_by)(start)
             return ordered.irange_key(key, inclusive=(not exclusive, True))
-        return self._scan_run(table, order_by, start, exclusive, where)
+        return self._scan_run(table, order_by, start, exclusive, where, origin)
 
     def holdings(self):
         """Every resident partition as (table, columns, key, {pk: row}): for the oracles."""
@@ -300,16 +306,21 @@ class PartitionStore:
                 bucket[pk] = dict(image)
         return bucket
 
-    def _scan_run(self, table, order_by, start, exclusive, where):
-        """A scan over a whole table: from its run where it has one, then from pages."""
+    def _scan_run(self, table, order_by, start, exclusive, where, origin):
+        """
+        A scan over a whole table: from the run of its window's ``origin`` ((start
+        row, exclusive) of the window, or None for the beginning) where it has one,
+        then from pages.
+        """
         runs = self._runs.setdefault(table, {})
-        name = (order_by, repr(where))  # a condition may hold a list (IN): not hashable
+        # A condition may hold a list (IN), a row dict: neither is hashable.
+        name = (order_by, repr(where), repr(origin))
         run = runs.get(name)
         if run is None:
-            if start is not None:  # a scan from the middle: no run to start
+            if not _same_start(start, exclusive, origin):  # from the middle: no run yet
                 yield from self._pages(table, order_by, start, exclusive, where)
                 return
-            run = runs[name] = _Run(order_key(order_by), where)
+            run = runs[name] = _Run(order_key(order_by), where, origin)
             self._resident[(table, None, name)] = None
         else:
             self._resident.move_to_end((table, None, name))
@@ -322,8 +333,11 @@ class PartitionStore:
         if run.complete:
             return
         # Past the run: read on from its last row, and keep what is read in it.
-        after = run.last
-        for page, upper, full in self._page_reads(table, order_by, after, after is not None, where):
+        if run.last is not None:
+            after, after_exclusive = run.last, True
+        else:
+            after, after_exclusive = origin if origin is not None else (None, False)
+        for page, upper, full in self._page_reads(table, order_by, after, after_exclusive, where):
             if runs.get(name) is not run:  # forgotten meanwhile
                 yield from (r for r in page if bound is None or _after(key(r), bound, exclusive))
                 continue
@@ -387,7 +401,10 @@ class PartitionStore:
                 if stored is not None:
                     run.rows.remove(stored)
                     self.rows_held -= 1
-                inside = run.complete or (run.upper is not None and not run.key(new) > run.upper)
+                k = run.key(new)
+                inside = run.complete or (run.upper is not None and not k > run.upper)
+                if inside and run.lower is not None:
+                    inside = _after(k, *run.lower)
                 if inside and self._local.holds(run.where, new):
                     run.rows.add(new)
                     run.by_pk[new_pk] = new
@@ -455,6 +472,12 @@ class PartitionStore:
             self.rows_held -= len(bucket)
         if len(columns) == 1:
             self._orders.get(table, {}).get(columns[0], {}).pop(key, None)
+
+
+def _same_start(start, exclusive, origin):
+    if origin is None:
+        return start is None
+    return start is origin[0] and exclusive == origin[1]
 
 
 def _after(k, bound, exclusive):

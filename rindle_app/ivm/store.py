@@ -117,11 +117,14 @@ class MemoryStore:
                 by_value[value] = ordered
         return ordered
 
-    def scan(self, table, order_by, guard=None, start=None, exclusive=False, where=None):
+    def scan(
+        self, table, order_by, guard=None, start=None, exclusive=False, where=None, origin=None
+    ):
         """
         The rows of ``table`` (of one guard partition with ``guard``) in ``order_by``
         order, after the row ``start`` (at or after unless ``exclusive``). ``where``
-        is the partition store's narrowing; every row is here, so it is not needed.
+        and ``origin`` are the partition store's (its narrowing, and the window's own
+        start, which names the run it keeps); every row is here, so they are unused.
         """
         ordered = self.ordered(table, order_by, guard)
         if start is None:

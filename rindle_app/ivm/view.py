@@ -244,7 +244,10 @@ class View:
         if after is not None and (start is None or not self._key(after) < self._bound[0]):
             start, exclusive = after, True
         q = self.query
-        rows = self.store.scan(q.table, q.order_by, self._guard, start, exclusive, self._local)
+        origin = None if self._bound is None else (self._start, self._bound[1])
+        rows = self.store.scan(
+            q.table, q.order_by, self._guard, start, exclusive, self._local, origin
+        )
         found = 0
         for row in rows:
             if self.evaluator.holds(self.query.where, row):

@@ -73,6 +73,13 @@ QUERIES = {
         "orderBy": [["title", "asc"]],
         "limit": 3,
     },
+    # A window that starts after a row (a second page): its run starts there too.
+    "page_two": {
+        "table": "issue",
+        "orderBy": [["createdAt", "desc"]],
+        "start": {"row": {"createdAt": 4.0, "id": "i3"}, "exclusive": True},
+        "limit": 3,
+    },
     # A window over the child table, each row with its parent.
     "recent_comments": {
         "table": "comment",
