@@ -127,13 +127,19 @@ class View:
                 ]
                 self._prefetch(sub, children)
 
-    def affected_roots(self, changes):
-        """{root pk: [row versions]} of the root rows ``changes`` may alter."""
+    def affected_roots(self, changes, members_only=False):
+        """
+        {root pk: [row versions]} of the root rows ``changes`` may alter. With
+        ``members_only``, a change below a relationship the root only renders (no
+        condition reads it) reaches only the roots the view holds: it cannot move a
+        root in or out, so no other root needs reading (from a store that may have
+        to go to the database for it).
+        """
         if len(changes) == 1:  # a fresh dict already: nothing to merge
-            return self._affected(self.query, *changes[0])
+            return self._affected(self.query, *changes[0], members_only)
         out = {}
         for table, old, new in changes:
-            for pk, versions in self._affected(self.query, table, old, new).items():
+            for pk, versions in self._affected(self.query, table, old, new, members_only).items():
                 out.setdefault(pk, []).extend(versions)
         return out
 
@@ -146,7 +152,7 @@ class View:
         if self._head is not None:
             return self._apply_head()
         if affected is None:
-            affected = self.affected_roots(changes)
+            affected = self.affected_roots(changes, members_only=True)
         if not affected:
             return []
         q, touched = self.query, {}
@@ -319,7 +325,7 @@ class View:
             ops.sort(key=lambda o: (o["op"] != "remove", o["table"]))
         return ops
 
-    def _affected(self, q, table, old, new):
+    def _affected(self, q, table, old, new, members_only=False):
         """
         Rows of ``q``'s table whose place or subtree a change of ``table`` may alter,
         as {pk: [row versions]}: both versions of a changed row, since a child that
@@ -330,14 +336,43 @@ class View:
             for r in (old, new):
                 if r is not None:
                     out.setdefault(self.store.pk(table, r), []).append(r)
+        rendered = q.visible_related if members_only and q is self.query else ()
         for related in self._subqueries(q):
             below = self._affected(related.subquery, table, old, new)
+            if any(related is r for r in rendered) and self._members_by(related, below, out):
+                continue
             for versions in below.values():
                 for version in versions:
                     key = index_key(version, related.child_fields)
                     for parent in self.store.lookup(q.table, related.parent_fields, key):
                         out.setdefault(self.store.pk(q.table, parent), []).append(parent)
         return out
+
+    def _members_by(self, related, below, out):
+        """
+        The roots the view holds whose relationship ``related`` reaches a row of
+        ``below``, into ``out``; False when that cannot be found cheaply (a view
+        without a limit, correlated on other columns than its key: read the store).
+        """
+        q = self.query
+        by_key = tuple(related.parent_fields) == tuple(self.store.schema.get(q.table).primary_key)
+        if not by_key and q.limit is None:
+            return False
+        roots = self._roots
+        for versions in below.values():
+            for version in versions:
+                key = index_key(version, related.child_fields)
+                if key is None:
+                    continue
+                if by_key:
+                    held = roots.get(key)
+                    if held is not None:
+                        out.setdefault(key, []).append(held[0])
+                    continue
+                for pk, (row, _node, _paths) in roots.items():
+                    if index_key(row, related.parent_fields) == key:
+                        out.setdefault(pk, []).append(row)
+        return True
 
 
 def _is_partition_window(query, guard):
