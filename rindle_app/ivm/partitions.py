@@ -367,7 +367,8 @@ class PartitionStore:
             query = Query(table, where=where, order_by=order_by, start=page_start, limit=size)
             rows, touched = self._read(query)
             full = len(rows) == size
-            upper = key(rows[-1]) if full else None
+            last = max(rows, key=key) if full else None  # rows come in no order
+            upper = key(last) if full else None
             page = [r for r in rows if self.pk(table, r) not in touched]
             for image in touched.values():
                 if image is None:
@@ -382,11 +383,11 @@ class PartitionStore:
             # finds it by key later without reading the database again.
             page = [self._remember(table, row) for row in page]
             self._evict(keep=None)
-            self._last_read = rows[-1] if full else None
+            self._last_read = last
             yield page, upper, full
             if not full:
                 return
-            start, exclusive, bound = rows[-1], True, upper
+            start, exclusive, bound = last, True, upper
             size = min(size * 2, _LAST_PAGE)
 
     def _apply_runs(self, runs, old_pk, new, new_pk):

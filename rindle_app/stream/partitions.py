@@ -2,18 +2,25 @@
 The partition store's reads (``ivm.partitions``): some rows of one table and the
 outbox changes of that table above a version, in ONE snapshot that takes no lock.
 
-The snapshot is the stream's (``reader.consistent_read``): its first statement
-reads the state row, so the horizon and the epoch checked here are those of the
-rows read. A version below the horizon, or of another epoch, cannot be corrected
-to (the changes above it are pruned, or numbered anew): that is
+The snapshot is one statement that reads the rows, the stream's state row and the
+changes together, so the horizon and the epoch checked here are those of the rows
+read. A version below the horizon, or of another epoch, cannot be corrected to
+(the changes above it are pruned, or numbered anew): that is
 ``ResnapshotRequired``, exactly as for the tail, and the hub re-hydrates.
 """
 
+import json
+
+from django.db import connections
+
 from ..engine.capture import OUTBOX, sqlite_image
 from ..exceptions import ResnapshotRequired
-from .reader import consistent_read, decode
+from . import state as stream_state
+from .reader import decode
 
-_LATER = f'SELECT old, new FROM {OUTBOX} WHERE seq > %s AND "table" = %s ORDER BY seq'
+
+def _text(vendor, expression):
+    return f"CAST({expression} AS text)" if vendor == "postgresql" else expression
 
 
 class PartitionSource:
@@ -26,28 +33,54 @@ class PartitionSource:
     def read(self, table, sql, params, version):
         """
         ``(rows, later)``: the images of ``SELECT ... <sql>`` (``sql`` is ``FROM
-        <table> t WHERE ...``, from ``ivm.sql.compile_rows``) and the (old, new)
-        images of ``table``'s changes with seq above ``version``, oldest first.
+        <table> t WHERE ...``, from ``ivm.sql.compile_rows``; rows in no particular
+        order) and the (old, new) images of ``table``'s changes with seq above
+        ``version``, oldest first.
+
+        ONE statement reads the rows, the state row and the changes, so they are one
+        snapshot on both databases with no transaction to open and close: a cold
+        partition costs one round trip.
         """
+        conn = connections[self.using]
+        vendor = conn.vendor
+        image = sqlite_image("t", table) if vendor == "sqlite" else "to_jsonb(t)"
+        image = image.replace("%", "%%")  # the statement has parameters
+        statement = (
+            f"SELECT 0, {_text(vendor, 'r.image')}, NULL, NULL "
+            f"FROM (SELECT {image} AS image {sql}) AS r "
+            f"UNION ALL SELECT 1, s.epoch, {_text(vendor, 's.horizon')}, NULL "
+            f"FROM {stream_state.TABLE} AS s WHERE s.name = %s "
+            f"UNION ALL SELECT 2, {_text(vendor, 'e.old')}, {_text(vendor, 'e.new')}, "
+            f"{_text(vendor, 'e.seq')} "
+            f'FROM {OUTBOX} AS e WHERE e.seq > %s AND e."table" = %s'
+        )
+        with conn.cursor() as cursor:
+            cursor.execute(statement, [*params, stream_state.STREAM, version, table.name])
+            found = cursor.fetchall()
+        rows, later, current = [], [], None
+        for part, a, b, seq in found:
+            if part == 0:
+                rows.append(decode(table, a))
+            elif part == 1:
+                current = (a, int(b))
+            else:
+                later.append((seq, a, b))
+        if current is None or current[0] != self.epoch:
+            raise ResnapshotRequired(
+                ResnapshotRequired.EPOCH_MISMATCH,
+                f"the stream's epoch changed from {self.epoch} to "
+                f"{None if current is None else current[0]}",
+            )
+        if version + 1 < current[1]:
+            raise ResnapshotRequired(
+                ResnapshotRequired.BELOW_HORIZON,
+                f"a read at {version} is below the horizon {current[1]}",
+            )
+        later.sort(key=lambda event: int(event[0]))
+        return rows, [
+            (decode(table, _json(old)), decode(table, _json(new))) for _s, old, new in later
+        ]
 
-        def body(cursor, current):
-            if current.epoch != self.epoch:
-                raise ResnapshotRequired(
-                    ResnapshotRequired.EPOCH_MISMATCH,
-                    f"the stream's epoch changed from {self.epoch} to {current.epoch}",
-                )
-            if version + 1 < current.horizon:
-                raise ResnapshotRequired(
-                    ResnapshotRequired.BELOW_HORIZON,
-                    f"a read at {version} is below the horizon {current.horizon}",
-                )
-            image = sqlite_image("t", table) if cursor.db.vendor == "sqlite" else "to_jsonb(t)"
-            image = image.replace("%", "%%")  # the statement has parameters
-            cursor.execute(f"SELECT {image} {sql}", params)
-            rows = [decode(table, r[0]) for r in cursor.fetchall()]
-            cursor.execute(_LATER, [version, table.name])
-            later = [(decode(table, old), decode(table, new)) for old, new in cursor.fetchall()]
-            return rows, later
 
-        _state, found = consistent_read(self.using, body)
-        return found
+def _json(text):
+    return None if text is None else json.loads(text)
