@@ -13,6 +13,7 @@ from project.demo.models import Issue, Tag, User
 from rindle_app.engine.capture import trigger_names
 from rindle_app.testing import outbox_high_water, outbox_since
 from tests.conftest import child_env
+from tests.support.demo import issue
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,15 +24,7 @@ def changes(before):
 
 
 def make_issue(id="i1", owner="u1", created=1.5):
-    return Issue(
-        id=id,
-        title="T",
-        status="todo",
-        priority="low",
-        owner_id=owner,
-        created_at=created,
-        updated_at=created,
-    )
+    return issue(id, title="T", owner=owner, created=created)
 
 
 def test_orm_save_insert_and_update_are_captured_with_images():

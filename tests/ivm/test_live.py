@@ -10,6 +10,7 @@ from project.demo.models import Comment, Issue, User
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
+from tests.support import demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,15 +51,8 @@ def fresh(live, shared):
 
 
 def issue(i, owner="u1", at=None):
-    return Issue(
-        id=f"i{i}",
-        title=f"Issue {i}",
-        status="todo",
-        priority="low",
-        owner_id=owner,
-        created_at=float(at if at is not None else i),
-        updated_at=float(i),
-    )
+    created = float(at if at is not None else i)
+    return demo.issue(f"i{i}", title=f"Issue {i}", owner=owner, created=created, updated=float(i))
 
 
 def test_a_hydrated_query_follows_engine_and_orm_writes(engine):
@@ -119,9 +113,7 @@ def test_writes_during_hydration_are_neither_lost_nor_doubled(engine):
             )
             written.append(n)
 
-    Issue.objects.create(
-        id="i1", title="t", status="todo", priority="low", owner_id="u1", created_at=1, updated_at=1
-    )
+    demo.create_issue("i1", created=1)
     thread = threading.Thread(target=writer)
     thread.start()
     try:

@@ -17,6 +17,7 @@ from rindle_app import tokens
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
+from tests.support.demo import issue
 
 from .reader_support import OpenTransaction, ShortWrites, postgres_only
 
@@ -59,18 +60,7 @@ QUERIES = [
 def seed():
     User.objects.bulk_create([User(id=f"u{n}", name=f"user {n}") for n in range(3)])
     Issue.objects.bulk_create(
-        [
-            Issue(
-                id=f"i{n}",
-                title=f"issue {n}",
-                status="todo",
-                priority="low",
-                owner_id=f"u{n % 3}",
-                created_at=float(n),
-                updated_at=float(n),
-            )
-            for n in range(6)
-        ]
+        [issue(f"i{n}", title=f"issue {n}", owner=f"u{n % 3}", created=float(n)) for n in range(6)]
     )
 
 
