@@ -14,6 +14,7 @@ from rindle_app.engine.capture import trigger_names
 from rindle_app.testing import outbox_high_water, outbox_since
 from tests.conftest import child_env
 from tests.support.demo import issue
+from tests.support.threads import run_at_once
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -243,11 +244,7 @@ def test_processes_starting_together_install_without_a_catalog_race(engine, inst
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=start) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_at_once([start, start])
     assert errors == []
     before = outbox_high_water()
     make_issue(id="race").save()

@@ -1,7 +1,5 @@
 """The table map: registration, introspection, client schemas, and the FK audit."""
 
-import threading
-
 import pytest
 from django.db import connection
 
@@ -10,6 +8,7 @@ from rindle_app.engine import EngineClosed, InvalidInput, UnknownTable, get_engi
 from rindle_app.engine.registry import synced_labels
 from rindle_app.testing import outbox_high_water, outbox_since
 from tests.support.demo import create_issue
+from tests.support.threads import run_at_once
 
 
 def test_register_table_creates_registers_and_is_idempotent(engine):
@@ -148,11 +147,7 @@ def test_get_engine_is_one_started_engine_per_process(transactional_db):
     """get_engine() starts lazily and returns the same engine to every thread."""
     shutdown()
     seen = []
-    threads = [threading.Thread(target=lambda: seen.append(get_engine())) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_at_once([lambda: seen.append(get_engine())] * 4, timeout=None)
     try:
         assert len({id(e) for e in seen}) == 1
         assert seen[0].write(lambda tx: 42).value == 42

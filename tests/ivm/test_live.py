@@ -11,7 +11,7 @@ from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
 from tests.support import demo
-from tests.support.transactions import OpenTransaction
+from tests.support.threads import OpenTransaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

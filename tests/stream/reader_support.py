@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from project.demo.models import User
-from tests.support.transactions import OpenTransaction
+from tests.support.threads import OpenTransaction
 
 
 def postgres_only():

@@ -9,7 +9,7 @@ from django.db import connection
 
 from rindle_app.engine.capture import FENCE_KEY, OUTBOX
 from rindle_app.stream import fence
-from tests.support.transactions import OpenTransaction
+from tests.support.threads import OpenTransaction
 
 from .retention_support import DAY, T0, Clock, add_events, outbox_seqs, publish, read_state, stamp
 

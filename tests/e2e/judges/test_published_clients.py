@@ -44,7 +44,7 @@ from rindle_app.named import resolve
 from tests.conftest import CI, child_env
 from tests.support.adapters import HIDDEN_BODY
 from tests.support.processes import free_port
-from tests.support.transactions import OpenTransaction
+from tests.support.threads import OpenTransaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

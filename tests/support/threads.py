@@ -1,6 +1,7 @@
 """
-A transaction another session holds open, written once: the tests of the outbox
-fence (a writer that took its seq and commits late) need one in every folder.
+Work on other threads, written once: a transaction another session holds open (the
+outbox-fence tests' writer that took its seq and commits late, in every folder), and
+callables run at once, each on a thread of its own.
 """
 
 import threading
@@ -47,3 +48,13 @@ class OpenTransaction:
         self._release.set()
         self._thread.join(self.timeout)
         assert self.error is None, self.error
+
+
+def run_at_once(targets, timeout=60):
+    """Start a thread for each callable of ``targets``, then join each (for at most
+    ``timeout`` seconds; None: until it ends)."""
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
