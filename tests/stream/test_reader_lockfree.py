@@ -18,6 +18,7 @@ from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
 from tests.support.demo import issue
+from tests.support.wire import simple
 
 from .reader_support import ShortWrites, held_user, postgres_only
 
@@ -44,16 +45,7 @@ QUERIES = [
             },
         ],
     },
-    {
-        "table": "comment",
-        "where": {
-            "type": "simple",
-            "op": "=",
-            "left": {"type": "column", "name": "issueId"},
-            "right": {"type": "literal", "value": "i1"},
-        },
-        "orderBy": [["id", "asc"]],
-    },
+    {"table": "comment", "where": simple("issueId", "=", "i1"), "orderBy": [["id", "asc"]]},
 ]
 
 
