@@ -26,11 +26,10 @@ explicitly, or start a ``FlushTick``.
 """
 
 import dataclasses
+import itertools
 import logging
-import threading
 
-from django.db import close_old_connections, connections
-
+from ..periodic import Periodic
 from . import Fleet, get_ledger, now_ms
 
 logger = logging.getLogger("rindle.flow")
@@ -38,7 +37,7 @@ logger = logging.getLogger("rindle.flow")
 FLEET_CACHE_KEY = "rindle:flow:fleet:{using}"
 
 
-class FlushTick:
+class FlushTick(Periodic):
     """
     A daemon thread calling ``flush()`` every ``interval`` seconds until ``stop()``.
 
@@ -46,42 +45,22 @@ class FlushTick:
     could not write).
     """
 
+    name = "rindle-flow-tick"
+    log = logger
+    failure = "rindle flow: the flush tick failed; the next one retries"
+
     def __init__(self, interval, flush=None):
         if not interval or interval <= 0:
             raise ValueError(f"a flush tick needs a positive interval, not {interval!r}")
+        super().__init__()
         self.interval = float(interval)
         self._flush = flush or flush_all
-        self._stop = threading.Event()
-        self._thread = None
-        self.ticks = 0
 
-    def start(self):
-        self._thread = threading.Thread(target=self._run, name="rindle-flow-tick", daemon=True)
-        self._thread.start()
-        return self
+    def delays(self):
+        return itertools.repeat(self.interval)
 
-    def stop(self, timeout=5.0):
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    @property
-    def alive(self):
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self):
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    self._flush()
-                except Exception:
-                    logger.exception("rindle flow: the flush tick failed; the next one retries")
-                finally:
-                    self.ticks += 1
-                    close_old_connections()
-        finally:
-            connections.close_all()
+    def step(self):
+        self._flush()
 
 
 def flush_all(now=None):

@@ -241,21 +241,22 @@ def _null(node):
 
 
 def _and(parts):
-    flat = []
-    for p in parts:
-        if p == FALSE:
-            return FALSE
-        flat.extend(p["conditions"] if p["type"] == "and" else [p])
-    return flat[0] if len(flat) == 1 else {"type": "and", "conditions": flat}
+    return _junction("and", FALSE, parts)
 
 
 def _or(parts):
+    return _junction("or", TRUE, parts)
+
+
+def _junction(kind, absorbing, parts):
+    """``parts`` joined by ``kind`` ("and" / "or"), nested junctions of the same kind
+    flattened; ``absorbing`` (FALSE for and, TRUE for or) among them is the answer."""
     flat = []
     for p in parts:
-        if p == TRUE:
-            return TRUE
-        flat.extend(p["conditions"] if p["type"] == "or" else [p])
-    return flat[0] if len(flat) == 1 else {"type": "or", "conditions": flat}
+        if p == absorbing:
+            return absorbing
+        flat.extend(p["conditions"] if p["type"] == kind else [p])
+    return flat[0] if len(flat) == 1 else {"type": kind, "conditions": flat}
 
 
 def _exists(table, parent, child, where, *, negated=False):

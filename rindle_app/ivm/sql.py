@@ -118,28 +118,30 @@ def like_tokens(pattern):
 
 
 def _glob(tokens):
-    parts = []
-    for token in tokens:
-        if token[0] == "any":
-            parts.append("*")
-        elif token[0] == "one":
-            parts.append("?")
-        else:
-            parts.append(f"[{token[1]}]" if token[1] in "*?[" else token[1])
-    return "".join(parts)
+    return _pattern(tokens, "*", "?", lambda ch: f"[{ch}]" if ch in "*?[" else ch)
 
 
 def _like_bang(tokens):
     """The pattern for ``LIKE ... ESCAPE '!'`` (no backslash-quoting questions)."""
-    parts = []
-    for token in tokens:
-        if token[0] == "any":
-            parts.append("%")
-        elif token[0] == "one":
-            parts.append("_")
-        else:
-            parts.append("!" + token[1] if token[1] in "%_!" else token[1])
-    return "".join(parts)
+    return _pattern(tokens, "%", "_", lambda ch: "!" + ch if ch in "%_!" else ch)
+
+
+def _pattern(tokens, any_, one, literal):
+    """``like_tokens`` spelled with the wildcards ``any_`` and ``one``, each literal
+    character as ``literal(ch)`` spells it."""
+    wildcards = {"any": any_, "one": one}
+    return "".join(wildcards[t[0]] if t[0] in wildcards else literal(t[1]) for t in tokens)
+
+
+def _junction(parts, word, identity, absorbing):
+    """SQL ``parts`` joined by ``word`` (AND / OR): ``identity`` parts dropped, and an
+    ``absorbing`` one is the answer (TRUE and FALSE for AND, the other way for OR)."""
+    parts = [p for p in parts if p != identity]
+    if absorbing in parts:
+        return absorbing
+    if not parts:
+        return identity
+    return parts[0] if len(parts) == 1 else "(" + f" {word} ".join(parts) + ")"
 
 
 def _holds(op, sign):
@@ -209,20 +211,10 @@ class _Compiler:
         return ref
 
     def conj(self, parts):
-        parts = [p for p in parts if p != "TRUE"]
-        if "FALSE" in parts:
-            return "FALSE"
-        if not parts:
-            return "TRUE"
-        return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
+        return _junction(parts, "AND", "TRUE", "FALSE")
 
     def disj(self, parts):
-        parts = [p for p in parts if p != "FALSE"]
-        if "TRUE" in parts:
-            return "TRUE"
-        if not parts:
-            return "FALSE"
-        return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+        return _junction(parts, "OR", "FALSE", "TRUE")
 
     # --- conditions ---------------------------------------------------------------
 

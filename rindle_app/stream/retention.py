@@ -41,6 +41,7 @@ Scheduling: the Celery beat task ``rindle_app.tasks.stream_retention`` every
 """
 
 import datetime
+import itertools
 import logging
 import random
 import threading
@@ -48,10 +49,11 @@ import time
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from ..engine.capture import OUTBOX
+from ..periodic import Periodic
 from . import state
 
 logger = logging.getLogger("rindle.stream")
@@ -316,7 +318,7 @@ def _cut(rows, cutoff, batch_size):
     return rows[-1][0], True  # every row is old: keep the newest
 
 
-class RetentionTimer:
+class RetentionTimer(Periodic):
     """
     A daemon thread running ``retention.run_once`` every ``retention.period`` seconds
     until ``stop()``: the embedded mode's scheduler (``Runtime.start_retention``).
@@ -329,45 +331,24 @@ class RetentionTimer:
     logged and retried at the next one.
     """
 
+    log = logger
+    failure = "rindle retention: the run failed; the next one retries"
+
     def __init__(self, retention):
+        super().__init__()
         self.retention = retention
-        self._stop = threading.Event()
-        self._thread = None
-        self.runs = 0
+        self.name = f"rindle-retention-{retention.using}"
 
-    def start(self):
-        self._thread = threading.Thread(
-            target=self._run, name=f"rindle-retention-{self.retention.using}", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self, timeout=5.0):
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    @property
-    def alive(self):
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self):
-        period = self.retention.period
+    def prepare(self):
         try:
-            try:
-                self.retention.check_identity()
-            except Exception:
-                logger.exception("rindle retention: the identity check failed; the run retries")
-            delay = random.uniform(0, min(period, FIRST_RUN_MAX_DELAY_SECONDS))
-            while not self._stop.wait(delay):
-                try:
-                    self.retention.run_once(self._stop)
-                except Exception:
-                    logger.exception("rindle retention: the run failed; the next one retries")
-                finally:
-                    self.runs += 1
-                    close_old_connections()
-                delay = period
-        finally:
-            connections.close_all()
+            self.retention.check_identity()
+        except Exception:
+            logger.exception("rindle retention: the identity check failed; the run retries")
+
+    def delays(self):
+        period = self.retention.period
+        yield random.uniform(0, min(period, FIRST_RUN_MAX_DELAY_SECONDS))
+        yield from itertools.repeat(period)
+
+    def step(self):
+        self.retention.run_once(self._stop)

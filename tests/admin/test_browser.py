@@ -31,6 +31,21 @@ TRAFFIC = {
 }
 
 
+def fleet_page(browser, base, errors):
+    """A new page of ``browser``, signed in to the admin as the operator and on the
+    fleet's usage page (its chart drawn); the page's script errors go to ``errors``."""
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/admin/login/?next=/admin/rindle_app/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/rindle_app/")
+    page.click("#flow-usage-module a.viewlink")
+    page.wait_for_selector("#fleet-chart")
+    return page
+
+
 @pytest.fixture
 def flow_server(transactional_db, django_user_model, monkeypatch):
     """A live server over this test's database, an operator, and flushed flow."""
@@ -69,15 +84,7 @@ def test_the_fleet_and_a_namespace_in_a_browser(flow_server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(f"{base}/admin/login/?next=/admin/rindle_app/")
-            page.fill("#id_username", "operator")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_url("**/admin/rindle_app/")
-            page.click("#flow-usage-module a.viewlink")
-            page.wait_for_selector("#fleet-chart")
+            page = fleet_page(browser, base, errors)
 
             # Today's totals, as the ledger folds them.
             expect(page.locator("#fleet-bytes-in")).to_have_text(humanize_bytes(fleet.bytes_in))

@@ -16,7 +16,7 @@ from rindle_app import flow, tokens
 from tests.e2e.browser.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.browser.test_demo_live import ARTIFACTS, _sync_playwright, live_server
 
-from .test_browser import PASSWORD
+from .test_browser import PASSWORD, fleet_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -103,15 +103,7 @@ def test_websocket_and_ingest_traffic_reach_today_and_the_fleet_page(live_flow_s
             assert day.bytes_in >= sent and day.bytes_out > 0
 
             # The operator reads it on the fleet page and the namespace's page.
-            operator = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            operator.on("pageerror", lambda exc: errors.append(str(exc)))
-            operator.goto(f"{base}/admin/login/?next=/admin/rindle_app/")
-            operator.fill("#id_username", "operator")
-            operator.fill("#id_password", PASSWORD)
-            operator.click("input[type=submit]")
-            operator.wait_for_url("**/admin/rindle_app/")
-            operator.click("#flow-usage-module a.viewlink")
-            operator.wait_for_selector("#fleet-chart")
+            operator = fleet_page(browser, base, errors)
             row = operator.locator(f'#fleet-chart g.fleet-row[data-namespace="{namespace}"]')
             expect(row).to_have_count(1)
             expect(row.locator("g.bar")).to_have_count(1)  # today

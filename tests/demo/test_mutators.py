@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
 from project.demo import models as demo
+from tests.support.demo import counts
 
 T0 = 1_704_067_200_000.0
 
@@ -44,15 +45,6 @@ def create(engine, user, issue_id="i1", **overrides):
     result = run(engine, "createIssue", issue_args(issue_id, **overrides), user)
     assert result.status == "applied", result
     return result
-
-
-def counts():
-    return {
-        "user": demo.User.objects.count(),
-        "issue": demo.Issue.objects.count(),
-        "tag": demo.Tag.objects.count(),
-        "comment": demo.Comment.objects.count(),
-    }
 
 
 NOTHING = {"user": 0, "issue": 0, "tag": 0, "comment": 0}

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from project.demo import models as demo
 from rindle_app.engine import shutdown
 from rindle_app.testing import outbox_high_water, outbox_since
+from tests.support.demo import counts
 
 
 @pytest.fixture
@@ -21,15 +22,6 @@ def seed(transactional_db):
 
     yield run
     shutdown()
-
-
-def counts():
-    return {
-        "user": demo.User.objects.count(),
-        "issue": demo.Issue.objects.count(),
-        "tag": demo.Tag.objects.count(),
-        "comment": demo.Comment.objects.count(),
-    }
 
 
 def test_seeding_twice_inserts_nothing_the_second_time(seed):

@@ -13,6 +13,8 @@ from project.demo.models import Issue, Tag, User
 from rindle_app.engine.capture import trigger_names
 from rindle_app.testing import outbox_high_water, outbox_since
 from tests.conftest import child_env
+from tests.support.demo import issue
+from tests.support.threads import run_at_once
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,15 +25,7 @@ def changes(before):
 
 
 def make_issue(id="i1", owner="u1", created=1.5):
-    return Issue(
-        id=id,
-        title="T",
-        status="todo",
-        priority="low",
-        owner_id=owner,
-        created_at=created,
-        updated_at=created,
-    )
+    return issue(id, title="T", owner=owner, created=created)
 
 
 def test_orm_save_insert_and_update_are_captured_with_images():
@@ -250,11 +244,7 @@ def test_processes_starting_together_install_without_a_catalog_race(engine, inst
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=start) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_at_once([start, start])
     assert errors == []
     before = outbox_high_water()
     make_issue(id="race").save()

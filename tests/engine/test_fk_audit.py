@@ -11,9 +11,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from project.demo.models import Comment, Issue, Tag, User
+from project.demo.models import Comment, Tag, User
 from rindle_app.engine import get_engine, shutdown
 from tests.conftest import child_env
+from tests.support.demo import create_issue
 
 AUDIT_URL = "/admin/rindle_app/changeevent/fk-audit/"
 DEMO_KEYS = {
@@ -27,9 +28,7 @@ DEMO_KEYS = {
 def linked_rows():
     """A user, an issue and a comment whose references all resolve."""
     User.objects.create(id="u1", name="Ann")
-    Issue.objects.create(
-        id="i1", title="t", status="todo", priority="low", owner_id="u1", created_at=1, updated_at=1
-    )
+    create_issue("i1", created=1)
     Comment.objects.create(id="ok", issue_id="i1", author_id="u1", body="b", created_at=1)
 
 

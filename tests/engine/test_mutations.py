@@ -1,5 +1,6 @@
 """The lmid rules of client mutations, one test per rule, and bad envelopes."""
 
+import functools
 import uuid
 
 import pytest
@@ -18,6 +19,7 @@ from rindle_app.engine import (
     mutator,
 )
 from rindle_app.testing import outbox_high_water, outbox_since
+from tests.support.threads import run_at_once
 
 
 class NameArgs(serializers.Serializer):
@@ -268,7 +270,6 @@ def count_effect(tx, args, user):
 
 def test_two_writers_racing_one_client_apply_each_mid_once(transactional_db):
     """Two engines (as in two processes) sending one client's envelopes never double-apply."""
-    import threading
 
     from rindle_app.engine import Engine
 
@@ -285,11 +286,7 @@ def test_two_writers_racing_one_client_apply_each_mid_once(transactional_db):
                 mid = gap.lmid + 1
 
     try:
-        threads = [threading.Thread(target=send, args=(e,)) for e in engines]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        run_at_once([functools.partial(send, e) for e in engines])
         assert engines[0].client_lmid("shared") == total
         names = sorted(User.objects.values_list("name", flat=True), key=int)
         assert names == [str(m) for m in range(1, total + 1)]

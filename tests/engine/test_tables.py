@@ -1,14 +1,14 @@
 """The table map: registration, introspection, client schemas, and the FK audit."""
 
-import threading
-
 import pytest
 from django.db import connection
 
-from project.demo.models import Comment, Issue, User
+from project.demo.models import Comment, User
 from rindle_app.engine import EngineClosed, InvalidInput, UnknownTable, get_engine, shutdown
 from rindle_app.engine.registry import synced_labels
 from rindle_app.testing import outbox_high_water, outbox_since
+from tests.support.demo import create_issue
+from tests.support.threads import run_at_once
 
 
 def test_register_table_creates_registers_and_is_idempotent(engine):
@@ -115,15 +115,7 @@ def test_row_helpers_read_and_write(engine):
 def test_foreign_key_audit_reports_orphans_up_to_the_cap(engine):
     """The audit finds rows whose declared reference is missing, capped at max_rows."""
     User.objects.create(id="u1", name="Ann")
-    Issue.objects.create(
-        id="i1",
-        title="t",
-        status="todo",
-        priority="low",
-        owner_id="u1",
-        created_at=1.0,
-        updated_at=1.0,
-    )
+    create_issue("i1")
     for i in range(3):
         Comment.objects.create(id=f"c{i}", issue_id="gone", author_id="u1", body="b", created_at=1)
     Comment.objects.create(id="ok", issue_id="i1", author_id="u1", body="b", created_at=1)
@@ -155,11 +147,7 @@ def test_get_engine_is_one_started_engine_per_process(transactional_db):
     """get_engine() starts lazily and returns the same engine to every thread."""
     shutdown()
     seen = []
-    threads = [threading.Thread(target=lambda: seen.append(get_engine())) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_at_once([lambda: seen.append(get_engine())] * 4, timeout=None)
     try:
         assert len({id(e) for e in seen}) == 1
         assert seen[0].write(lambda tx: 42).value == 42

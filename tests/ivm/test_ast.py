@@ -4,6 +4,7 @@ import pytest
 
 from rindle_app.ivm.ast import QueryError, parse, query_key, to_json
 from rindle_app.ivm.fixtures import Schema
+from tests.support.wire import column, compare, exists, rel, simple
 
 SCHEMA = Schema.from_sources(
     {
@@ -16,10 +17,7 @@ SCHEMA = Schema.from_sources(
     }
 )
 
-COMMENTS = {
-    "correlation": {"parentField": ["id"], "childField": ["issue"]},
-    "subquery": {"table": "comment", "alias": "comments"},
-}
+COMMENTS = rel(["id"], ["issue"], {"table": "comment", "alias": "comments"})
 
 
 def refused(ast):
@@ -34,19 +32,13 @@ def test_missing_pk_columns_are_appended_at_every_level():
         {
             "table": "tagged",
             "orderBy": [["a", "desc"]],
-            "where": {
-                "type": "correlatedSubquery",
-                "op": "EXISTS",
-                "related": {
-                    "correlation": {"parentField": ["a"], "childField": ["issue"]},
-                    "subquery": {"table": "comment"},
-                },
-            },
+            "where": exists(["a"], ["issue"], {"table": "comment"}),
             "related": [
-                {
-                    "correlation": {"parentField": ["a"], "childField": ["issue"]},
-                    "subquery": {"table": "comment", "alias": "c", "orderBy": [["body", "asc"]]},
-                }
+                rel(
+                    ["a"],
+                    ["issue"],
+                    {"table": "comment", "alias": "c", "orderBy": [["body", "asc"]]},
+                )
             ],
         },
         SCHEMA,
@@ -62,9 +54,9 @@ def test_the_query_key_ignores_field_order_and_flip():
     a = parse({"table": "issue", "orderBy": [["score", "asc"]]}, SCHEMA)
     b = parse({"orderBy": [["score", "asc"]], "table": "issue"}, SCHEMA)
     assert query_key(a) == query_key(b)
-    exists = {"type": "correlatedSubquery", "op": "EXISTS", "related": COMMENTS}
-    flipped = {**exists, "flip": True}
-    assert query_key(parse({"table": "issue", "where": exists}, SCHEMA)) == query_key(
+    where = {"type": "correlatedSubquery", "op": "EXISTS", "related": COMMENTS}
+    flipped = {**where, "flip": True}
+    assert query_key(parse({"table": "issue", "where": where}, SCHEMA)) == query_key(
         parse({"table": "issue", "where": flipped}, SCHEMA)
     )
     assert query_key(a) != query_key(parse({"table": "issue"}, SCHEMA))
@@ -86,12 +78,7 @@ def test_normalized_json_round_trips():
         "where": {
             "type": "or",
             "conditions": [
-                {
-                    "type": "simple",
-                    "op": "IN",
-                    "left": {"type": "column", "name": "owner"},
-                    "right": {"type": "literal", "value": ["a", "b"]},
-                },
+                simple("owner", "IN", ["a", "b"]),
                 {"type": "correlatedSubquery", "op": "NOT EXISTS", "related": COMMENTS},
             ],
         },
@@ -129,44 +116,16 @@ def test_normalized_json_round_trips():
             "$.related[0].correlation.childField[0]",
         ),
         (
-            {
-                "table": "issue",
-                "where": {
-                    "type": "simple",
-                    "op": "=",
-                    "left": {"type": "column", "name": "owner"},
-                    "right": {"type": "column", "name": "id"},
-                },
-            },
+            {"table": "issue", "where": compare("owner", "=", column("id"))},
             "unsupported",
             "$.where.right",
         ),
         (
-            {
-                "table": "issue",
-                "where": {
-                    "type": "simple",
-                    "op": "IN",
-                    "left": {"type": "column", "name": "owner"},
-                    "right": {"type": "literal", "value": "a"},
-                },
-            },
+            {"table": "issue", "where": simple("owner", "IN", "a")},
             "invalid_query",
             "$.where.right.value",
         ),
-        (
-            {
-                "table": "issue",
-                "where": {
-                    "type": "simple",
-                    "op": "~",
-                    "left": {"type": "column", "name": "owner"},
-                    "right": {"type": "literal", "value": "a"},
-                },
-            },
-            "unsupported",
-            "$.where.op",
-        ),
+        ({"table": "issue", "where": simple("owner", "~", "a")}, "unsupported", "$.where.op"),
         ({"table": "issue", "aggregate": "count", "orderBy": [["id", "asc"]]}, "unsupported", "$"),
         (
             {
@@ -232,16 +191,5 @@ def test_sum_and_avg_need_a_number_column_and_negative_zero_is_zero():
         }
     )
     assert error.code == "unsupported" and "number column" in error.message
-    q = parse(
-        {
-            "table": "issue",
-            "where": {
-                "type": "simple",
-                "op": "=",
-                "left": {"type": "column", "name": "score"},
-                "right": {"type": "literal", "value": -0.0},
-            },
-        },
-        SCHEMA,
-    )
+    q = parse({"table": "issue", "where": simple("score", "=", -0.0)}, SCHEMA)
     assert str(q.where.value) == "0.0"

@@ -8,6 +8,7 @@ from rindle_app.ivm.ast import to_json
 from rindle_app.ivm.catalog import Catalog, FamilyTemplate
 from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.view import View
+from tests.support.wire import compare, parameter, simple
 
 from ..conftest import examples
 from .test_view import SCHEMA, batch_changes, batches, fresh_footprint, queries, row_key, seed_rows
@@ -74,12 +75,7 @@ def test_a_change_reaches_its_family_partition_through_the_binding_index(monkeyp
     template = FamilyTemplate(
         {
             "table": "issue",
-            "where": {
-                "type": "simple",
-                "op": "=",
-                "left": {"type": "column", "name": "owner"},
-                "right": {"type": "parameter"},
-            },
+            "where": compare("owner", "=", parameter()),
             "orderBy": [["score", "desc"]],
             "limit": 2,
         }
@@ -237,12 +233,7 @@ def test_a_guarded_query_that_reads_its_own_table_again_is_not_pruned_by_its_gua
     shared = catalog.register(
         {
             "table": "issue",
-            "where": {
-                "type": "simple",
-                "op": "=",
-                "left": {"type": "column", "name": "owner"},
-                "right": {"type": "literal", "value": 2},
-            },
+            "where": simple("owner", "=", 2),
             "related": [
                 {
                     "correlation": {"parentField": ["owner"], "childField": ["id"]},
@@ -280,12 +271,7 @@ def test_partition_snapshot_reads_one_bound_partition():
         {
             "table": "issue",
             "select": ["id"],
-            "where": {
-                "type": "simple",
-                "op": "=",
-                "left": {"type": "column", "name": "owner"},
-                "right": {"type": "parameter"},
-            },
+            "where": compare("owner", "=", parameter()),
         }
     )
     catalog.bind("f", template, 1)

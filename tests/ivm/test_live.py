@@ -10,6 +10,8 @@ from project.demo.models import Comment, Issue, User
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
+from tests.support import demo
+from tests.support.threads import OpenTransaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,15 +52,8 @@ def fresh(live, shared):
 
 
 def issue(i, owner="u1", at=None):
-    return Issue(
-        id=f"i{i}",
-        title=f"Issue {i}",
-        status="todo",
-        priority="low",
-        owner_id=owner,
-        created_at=float(at if at is not None else i),
-        updated_at=float(i),
-    )
+    created = float(at if at is not None else i)
+    return demo.issue(f"i{i}", title=f"Issue {i}", owner=owner, created=created, updated=float(i))
 
 
 def test_a_hydrated_query_follows_engine_and_orm_writes(engine):
@@ -119,9 +114,7 @@ def test_writes_during_hydration_are_neither_lost_nor_doubled(engine):
             )
             written.append(n)
 
-    Issue.objects.create(
-        id="i1", title="t", status="todo", priority="low", owner_id="u1", created_at=1, updated_at=1
-    )
+    demo.create_issue("i1", created=1)
     thread = threading.Thread(target=writer)
     thread.start()
     try:
@@ -218,33 +211,13 @@ def test_a_transaction_committing_after_a_higher_seq_is_not_skipped(engine, vend
     """
     if vendor != "postgresql":
         pytest.skip("SQLite's write lock already commits seqs in order")
-    from django.db import connections, transaction
-
     User.objects.create(id="u1", name="Ann")
     live = LiveQueries(engine).start()
     users = live.catalog.register({"table": "user"})
-    inserted, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def slow():
-        try:
-            with transaction.atomic():
-                User.objects.create(id="u-late", name="late")
-                inserted.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-            done.set()
-
-    thread = threading.Thread(target=slow)
-    thread.start()
-    try:
-        assert inserted.wait(10)
+    with OpenTransaction(lambda: User.objects.create(id="u-late", name="late"), hold=10):
         User.objects.create(id="u-early", name="early")  # a higher seq, committed first
         poll(live, timeout=0.1)  # the watermark cannot pass the open transaction
         assert "u-early" not in {r["id"] for r in users.view.rows()}  # held at the fence
-    finally:
-        release.set()
-        thread.join(10)
     deadline = time.monotonic() + 5
     while live.version < outbox_high_water() and time.monotonic() < deadline:
         poll(live)  # the hub's loop, once the watermark moves
@@ -311,32 +284,13 @@ def test_a_snapshot_during_an_open_transaction_does_not_wait_and_misses_nothing(
     """
     if vendor != "postgresql":
         pytest.skip("SQLite's write lock already commits seqs in order")
-    from django.db import connections, transaction
-
-    inserted, release = threading.Event(), threading.Event()
-
-    def slow():
-        try:
-            with transaction.atomic():
-                User.objects.create(id="u-late", name="late")
-                inserted.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=slow)
-    thread.start()
-    try:
-        assert inserted.wait(10)
+    with OpenTransaction(lambda: User.objects.create(id="u-late", name="late"), hold=10):
         User.objects.create(id="u-early", name="early")
         started = time.monotonic()
         live = LiveQueries(engine).start()
         assert time.monotonic() - started < 1.0, "the snapshot waited for the open transaction"
         users = live.catalog.register({"table": "user", "orderBy": [["id", "asc"]]})
         assert [r["id"] for r in users.view.rows()] == []
-    finally:
-        release.set()
-        thread.join(10)
     deadline = time.monotonic() + 5
     while live.version < outbox_high_water() and time.monotonic() < deadline:
         poll(live)

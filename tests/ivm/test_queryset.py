@@ -21,6 +21,7 @@ from rindle_app.ivm.builder import and_, cond, correlate, exists, not_exists, or
 from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.fixtures import Schema
 from rindle_app.ivm.queryset import from_queryset
+from tests.support.demo import create_issue
 
 # The demo's columns are all NOT NULL; these two test-only tables have nullable ones
 # (a nullable foreign key included). Unmanaged models in an isolated registry, their
@@ -338,14 +339,8 @@ def data(db):
         ("i08", "Back\\slash", "todo", "medium", "u2", 0.5),
     ]
     for pk, title, status, priority, owner, created in issues:
-        Issue.objects.create(
-            id=pk,
-            title=title,
-            status=status,
-            priority=priority,
-            owner_id=owner,
-            created_at=created,
-            updated_at=created,
+        create_issue(
+            pk, title=title, status=status, priority=priority, owner=owner, created=created
         )
     tags = [
         ("t1", "i01", "ui"),

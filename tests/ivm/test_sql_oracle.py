@@ -18,6 +18,7 @@ from rindle_app.ivm.compare import SIMPLE_OPS
 from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.fixtures import Schema, apply_push
 from rindle_app.ivm.sql import compile_query, run_query
+from tests.support.wire import exists, rel, simple
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,31 +182,6 @@ def each(cases, run):
 def check_ids(schema, rows, ast, ids):
     ast = dict(ast, select=["id"]) if "select" not in ast else ast
     check(schema, rows, ast, [{"id": i} for i in ids])
-
-
-def simple(column, op, value):
-    return {
-        "type": "simple",
-        "op": op,
-        "left": {"type": "column", "name": column},
-        "right": {"type": "literal", "value": value},
-    }
-
-
-def rel(parent_fields, child_fields, subquery, **extra):
-    return {
-        "correlation": {"parentField": parent_fields, "childField": child_fields},
-        "subquery": subquery,
-        **extra,
-    }
-
-
-def exists(parent_fields, child_fields, subquery, negated=False, **extra):
-    return {
-        "type": "correlatedSubquery",
-        "op": "NOT EXISTS" if negated else "EXISTS",
-        "related": rel(parent_fields, child_fields, subquery, **extra),
-    }
 
 
 # --- hand-written cases -----------------------------------------------------------

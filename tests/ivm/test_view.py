@@ -12,6 +12,7 @@ from rindle_app.ivm.fixtures import Schema
 from rindle_app.ivm.store import MemoryStore
 from rindle_app.ivm.view import View
 from rindle_app.testing import reference_view, row_set
+from tests.support import wire
 
 from ..conftest import examples
 
@@ -79,12 +80,7 @@ def rows_of(table):
 
 def simple(column, values, ops):
     return st.builds(
-        lambda op, v: {
-            "type": "simple",
-            "op": op,
-            "left": {"type": "column", "name": column},
-            "right": {"type": "literal", "value": v},
-        },
+        lambda op, v: wire.simple(column, op, v),
         st.sampled_from(ops),
         values,
     )
@@ -97,14 +93,7 @@ def child_where(table):
         return leaf
     # A comment filter may itself ask about the comment's reactions (two levels down).
     nested = st.builds(
-        lambda op: {
-            "type": "correlatedSubquery",
-            "op": op,
-            "related": {
-                "correlation": {"parentField": ["id"], "childField": ["comment"]},
-                "subquery": {"table": "reaction"},
-            },
-        },
+        lambda op: wire.exists(["id"], ["comment"], {"table": "reaction"}, op == "NOT EXISTS"),
         st.sampled_from(["EXISTS", "NOT EXISTS"]),
     )
     return st.one_of(leaf, nested)
@@ -112,15 +101,13 @@ def child_where(table):
 
 def exists(table):
     return st.builds(
-        lambda op, where, system: {
-            "type": "correlatedSubquery",
-            "op": op,
-            "related": {
-                "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                "subquery": {"table": table, **({"where": where} if where else {})},
-                **({"system": "permissions"} if system else {}),
-            },
-        },
+        lambda op, where, system: wire.exists(
+            ["id"],
+            ["issue"],
+            {"table": table, **({"where": where} if where else {})},
+            op == "NOT EXISTS",
+            **({"system": "permissions"} if system else {}),
+        ),
         st.sampled_from(["EXISTS", "NOT EXISTS"]),
         st.one_of(st.none(), child_where(table)),
         st.booleans(),
@@ -160,22 +147,13 @@ def queries(draw):
             sub["limit"] = draw(st.integers(0, 2))
         if draw(st.booleans()):
             sub["where"] = draw(child_where("comment"))
-        related.append(
-            {"correlation": {"parentField": ["id"], "childField": ["issue"]}, "subquery": sub}
-        )
+        related.append(wire.rel(["id"], ["issue"], sub))
+    if draw(st.booleans()):
+        count = {"table": "label", "alias": "labelCount", "aggregate": "count"}
+        related.append(wire.rel(["id"], ["issue"], count))
     if draw(st.booleans()):
         related.append(
-            {
-                "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                "subquery": {"table": "label", "alias": "labelCount", "aggregate": "count"},
-            }
-        )
-    if draw(st.booleans()):
-        related.append(
-            {
-                "correlation": {"parentField": ["owner"], "childField": ["id"]},
-                "subquery": {"table": "issue", "alias": "sameId", "one": True},
-            }
+            wire.rel(["owner"], ["id"], {"table": "issue", "alias": "sameId", "one": True})
         )
     if related:
         ast["related"] = related
@@ -266,12 +244,7 @@ def test_a_maintained_view_equals_a_fresh_evaluation_after_every_commit(query, s
 def partition_windows(draw):
     """``issue WHERE owner = v ORDER BY ... LIMIT n``: the top-k shape a leaderboard has."""
     order = draw(st.lists(st.sampled_from(["score", "title"]), unique=True, min_size=1))
-    where = {
-        "type": "simple",
-        "op": "=",
-        "left": {"type": "column", "name": "owner"},
-        "right": {"type": "literal", "value": draw(SMALL)},
-    }
+    where = wire.simple("owner", "=", draw(SMALL))
     if draw(st.booleans()):
         where = {"type": "and", "conditions": [where]}
     ast = {
@@ -376,12 +349,7 @@ def test_operator_state_plateaus_under_churn():
             "table": "issue",
             "orderBy": [["score", "desc"]],
             "limit": 5,
-            "where": {
-                "type": "simple",
-                "op": ">=",
-                "left": {"type": "column", "name": "score"},
-                "right": {"type": "literal", "value": 0},
-            },
+            "where": wire.simple("score", ">=", 0),
             "related": [
                 {
                     "correlation": {"parentField": ["id"], "childField": ["issue"]},

@@ -13,6 +13,7 @@ from rindle_app.ivm.builder import table
 from rindle_app.ivm.normalized import normalized_fp
 from rindle_app.named import named_query
 from rindle_app.testing import outbox_high_water
+from tests.support.demo import create_issue
 
 from .conftest import ORIGIN, Client, eventually, push_set_status
 
@@ -70,15 +71,7 @@ async def test_orm_writes_arrive_as_increments_and_empty_commits_send_nothing(li
     assert batch["batch"]["ops"] == [{"table": "user", "op": "add", "row": ["u1", "Ada"]}]
     assert progress["frame"]["cvMin"] == batch["batch"]["cv"] == await db(outbox_high_water)()
     # a commit the query cannot see: no frame, no seq consumed
-    await db(Issue.objects.create)(
-        id="i1",
-        title="t",
-        status="todo",
-        priority="low",
-        owner_id="u1",
-        created_at=1.0,
-        updated_at=1.0,
-    )
+    await db(create_issue)("i1")
     assert await client.nothing()
     await db(User.objects.filter(id="u1").update)(name="Grace")
     batch, progress = await client.recv_until("progress")
@@ -154,15 +147,7 @@ async def test_two_subscribers_share_one_query_and_see_the_same_ops(live):
 
 async def test_a_named_query_with_relationships_and_counts(live):
     await db(User.objects.create)(id="u1", name="Ada")
-    await db(Issue.objects.create)(
-        id="i1",
-        title="First",
-        status="todo",
-        priority="low",
-        owner_id="u1",
-        created_at=1.0,
-        updated_at=1.0,
-    )
+    await db(create_issue)("i1", title="First")
     client = Client()
     assert await client.connect()
     hello, snap, _ = await subscribe(client, 1, "issuesPage", {"limit": 10})

@@ -24,6 +24,7 @@ from rindle_app.ivm.store import MemoryStore
 from rindle_app.ivm.view import View
 from rindle_app.named import LMID_QUERY_NAME, resolve
 from rindle_app.realtime.flat import FlatEncoder, schema_fp
+from tests.support import wire
 
 from ..conftest import CI, examples
 from ..ivm.test_view import SCHEMA, batch_changes, batches, child_where, seed_rows
@@ -325,28 +326,17 @@ def test_a_count_is_a_singular_projected_child_and_gates_never_appear():
             "table": "issue",
             "select": ["title"],
             "orderBy": [["score", "desc"]],
-            "where": {
-                "type": "correlatedSubquery",
-                "op": "EXISTS",
-                "related": {
-                    "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                    "subquery": {"table": "label"},
-                },
-            },
+            "where": wire.exists(["id"], ["issue"], {"table": "label"}),
             "related": [
-                {
-                    "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                    "subquery": {"table": "comment", "alias": "gate"},
-                    "system": "permissions",
-                },
-                {
-                    "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                    "subquery": {"table": "label", "alias": "labelCount", "aggregate": "count"},
-                },
-                {
-                    "correlation": {"parentField": ["owner"], "childField": ["id"]},
-                    "subquery": {"table": "issue", "alias": "sameId", "one": True},
-                },
+                wire.rel(
+                    ["id"], ["issue"], {"table": "comment", "alias": "gate"}, system="permissions"
+                ),
+                wire.rel(
+                    ["id"],
+                    ["issue"],
+                    {"table": "label", "alias": "labelCount", "aggregate": "count"},
+                ),
+                wire.rel(["owner"], ["id"], {"table": "issue", "alias": "sameId", "one": True}),
             ],
         },
         SCHEMA,
@@ -389,14 +379,14 @@ COUNTED = {
     "orderBy": [["score", "desc"]],
     "limit": 2,
     "related": [
-        {
-            "correlation": {"parentField": ["id"], "childField": ["issue"]},
-            "subquery": {"table": "label", "alias": "labelCount", "aggregate": "count"},
-        },
-        {
-            "correlation": {"parentField": ["owner"], "childField": ["id"]},
-            "subquery": {"table": "issue", "alias": "owner", "one": True, "select": ["title"]},
-        },
+        wire.rel(
+            ["id"], ["issue"], {"table": "label", "alias": "labelCount", "aggregate": "count"}
+        ),
+        wire.rel(
+            ["owner"],
+            ["id"],
+            {"table": "issue", "alias": "owner", "one": True, "select": ["title"]},
+        ),
     ],
 }
 
@@ -668,46 +658,18 @@ def flat_queries(draw):
         if draw(st.booleans()):
             comments["select"] = ["body"]
         if draw(st.booleans()):
-            comments["related"] = [
-                {
-                    "correlation": {"parentField": ["id"], "childField": ["comment"]},
-                    "subquery": {
-                        "table": "reaction",
-                        "alias": "reactions",
-                        "orderBy": [["kind", "asc"]],
-                    },
-                }
-            ]
-        related.append(
-            {"correlation": {"parentField": ["id"], "childField": ["issue"]}, "subquery": comments}
-        )
+            reactions = {"table": "reaction", "alias": "reactions", "orderBy": [["kind", "asc"]]}
+            comments["related"] = [wire.rel(["id"], ["comment"], reactions)]
+        related.append(wire.rel(["id"], ["issue"], comments))
     if draw(st.booleans()):
-        related.append(
-            {
-                "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                "subquery": {"table": "label", "alias": "labelCount", "aggregate": "count"},
-            }
-        )
+        count = {"table": "label", "alias": "labelCount", "aggregate": "count"}
+        related.append(wire.rel(["id"], ["issue"], count))
     if draw(st.booleans()):
-        related.append(
-            {
-                "correlation": {"parentField": ["owner"], "childField": ["id"]},
-                "subquery": {
-                    "table": "issue",
-                    "alias": "ownerIssue",
-                    "one": True,
-                    "select": ["title"],
-                },
-            }
-        )
+        owner = {"table": "issue", "alias": "ownerIssue", "one": True, "select": ["title"]}
+        related.append(wire.rel(["owner"], ["id"], owner))
     if draw(st.booleans()):
-        related.append(
-            {
-                "correlation": {"parentField": ["id"], "childField": ["issue"]},
-                "subquery": {"table": "comment", "alias": "gate"},
-                "system": "permissions",
-            }
-        )
+        gate = {"table": "comment", "alias": "gate"}
+        related.append(wire.rel(["id"], ["issue"], gate, system="permissions"))
     if related:
         ast["related"] = related
     return parse(ast, SCHEMA)

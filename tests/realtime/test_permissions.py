@@ -7,6 +7,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from project.demo.models import Comment, Issue, User
+from tests.support.demo import create_issue
 
 from .conftest import Client
 
@@ -20,15 +21,7 @@ def secrets(live, settings):
     settings.RINDLE = {**settings.RINDLE, "ADAPTER": "tests.support.adapters.HidesSecrets"}
     User.objects.create(id="u1", name="Ada")
     for i, title in enumerate(["open plan", "secret plan"]):
-        Issue.objects.create(
-            id=f"i{i}",
-            title=title,
-            status="todo",
-            priority="low",
-            owner_id="u1",
-            created_at=float(i),
-            updated_at=float(i),
-        )
+        create_issue(f"i{i}", title=title, created=float(i))
     Comment.objects.create(id="c0", issue_id="i0", author_id="u1", body="fine", created_at=1.0)
     Comment.objects.create(
         id="c1", issue_id="i0", author_id="u1", body="secret note", created_at=2.0

@@ -7,6 +7,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from project.demo.models import User
+from tests.support.threads import OpenTransaction
 
 
 def postgres_only():
@@ -14,41 +15,11 @@ def postgres_only():
         pytest.skip("on SQLite the write lock orders commits: nothing is in flight to read past")
 
 
-class OpenTransaction:
-    """
-    ``with OpenTransaction("u-open"):`` another session holds a transaction open on a
+def held_user(pk):
+    """``with held_user("u-open"):`` another session holds a transaction open on a
     synced table (it inserted user ``pk``, so it holds the shared side of the outbox
-    fence and an outbox seq) until the block ends; then it commits.
-    """
-
-    def __init__(self, pk):
-        self.pk = pk
-        self._inserted, self._release = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.error = None
-
-    def _run(self):
-        try:
-            with transaction.atomic():
-                User.objects.create(id=self.pk, name="held open")
-                self._inserted.set()
-                self._release.wait(30)
-        except Exception as exc:  # reported by __exit__
-            self.error = exc
-            self._inserted.set()
-        finally:
-            connections.close_all()
-
-    def __enter__(self):
-        self._thread.start()
-        assert self._inserted.wait(10), "the open transaction did not start"
-        assert self.error is None, self.error
-        return self
-
-    def __exit__(self, *exc):
-        self._release.set()
-        self._thread.join(10)
-        assert self.error is None, self.error
+    fence and an outbox seq) until the block ends; then it commits."""
+    return OpenTransaction(lambda: User.objects.create(id=pk, name="held open"))
 
 
 class ShortWrites:

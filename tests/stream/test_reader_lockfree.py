@@ -17,8 +17,10 @@ from rindle_app import tokens
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.sql import run_query
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
+from tests.support.demo import issue
+from tests.support.wire import simple
 
-from .reader_support import OpenTransaction, ShortWrites, postgres_only
+from .reader_support import ShortWrites, held_user, postgres_only
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,34 +45,14 @@ QUERIES = [
             },
         ],
     },
-    {
-        "table": "comment",
-        "where": {
-            "type": "simple",
-            "op": "=",
-            "left": {"type": "column", "name": "issueId"},
-            "right": {"type": "literal", "value": "i1"},
-        },
-        "orderBy": [["id", "asc"]],
-    },
+    {"table": "comment", "where": simple("issueId", "=", "i1"), "orderBy": [["id", "asc"]]},
 ]
 
 
 def seed():
     User.objects.bulk_create([User(id=f"u{n}", name=f"user {n}") for n in range(3)])
     Issue.objects.bulk_create(
-        [
-            Issue(
-                id=f"i{n}",
-                title=f"issue {n}",
-                status="todo",
-                priority="low",
-                owner_id=f"u{n % 3}",
-                created_at=float(n),
-                updated_at=float(n),
-            )
-            for n in range(6)
-        ]
+        [issue(f"i{n}", title=f"issue {n}", owner=f"u{n % 3}", created=float(n)) for n in range(6)]
     )
 
 
@@ -94,7 +76,7 @@ def test_a_hydration_during_an_open_transaction_answers_at_once_and_blocks_no_wr
     postgres_only()
     seed()
     publish_watermark()
-    with OpenTransaction("u-open"), ShortWrites() as writes:
+    with held_user("u-open"), ShortWrites() as writes:
         User.objects.create(id="u-after", name="committed above the open one")
         durations, lives = [], []
         for _ in range(5):
@@ -142,7 +124,7 @@ def test_the_ssr_read_during_an_open_transaction_answers_at_once_and_blocks_no_w
     seed()
     client = _reader(engine)
     _ssr(client)
-    with OpenTransaction("u-open"), ShortWrites() as writes:
+    with held_user("u-open"), ShortWrites() as writes:
         durations = []
         for _ in range(10):
             started = time.monotonic()
@@ -165,7 +147,7 @@ def test_the_ssr_version_never_claims_a_change_its_rows_lack(engine):
     seed()
     client = _reader(engine)
     publish_watermark()
-    with OpenTransaction("u-open"):
+    with held_user("u-open"):
         open_seq = outbox_high_water()  # the open transaction's seq is not visible yet
         User.objects.create(id="u-early", name="early")
         publish_watermark(timeout=0.05)

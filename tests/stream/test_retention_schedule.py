@@ -4,14 +4,13 @@ and, in the embedded mode, the same run on the runtime's in-process timer, start
 with the hub and stopped with the runtime.
 """
 
-import time
-
 import pytest
 from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
 from rindle_app.tasks import stream_retention
+from tests.support.waiting import wait_for
 
 from ..conftest import celery_beat_worker
 from .retention_support import DAY, add_events, outbox_seqs, publish, read_state
@@ -28,14 +27,6 @@ def old_rows(n):
     seqs = add_events([timezone.now() - 30 * DAY] * n)
     publish()
     return seqs
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_the_beat_schedule_runs_the_retention_task_every_period():
@@ -67,10 +58,10 @@ def test_the_embedded_timer_prunes_every_period_until_the_runtime_stops(rindle_r
         timer = rindle_runtime.start_retention()
         assert timer is not None and timer.alive
         assert rindle_runtime.start_retention() is timer
-        wait_until(lambda: outbox_seqs() == seqs[-1:], 10, "the first run")
+        wait_for(lambda: outbox_seqs() == seqs[-1:], 10, "the first run")
         more = old_rows(3)
-        wait_until(lambda: outbox_seqs() == more[-1:], 10, "a later run")
-        wait_until(lambda: timer.runs >= 3, 10, "three runs")
+        wait_for(lambda: outbox_seqs() == more[-1:], 10, "a later run")
+        wait_for(lambda: timer.runs >= 3, 10, "three runs")
         assert read_state().horizon == more[-1]
         assert rindle_runtime.retention_stats.pruned == 5
         rindle_runtime.shutdown()
@@ -114,12 +105,17 @@ def test_celery_beat_runs_retention_every_period(redis_url, tmp_path):
         tmp_path,
         RINDLE_STREAM_RETENTION_PERIOD_SECONDS="0.5",
     ) as (proc, log):
-        deadline = time.monotonic() + 90
-        while outbox_seqs() != seqs[-1:]:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the worker did not prune:\n{log.read_text()[-4000:]}")
-            time.sleep(0.25)
-        wait_until(
-            lambda: log.read_text().count("stream retention pruned") >= 2, 30, "a second run"
+        wait_for(
+            lambda: outbox_seqs() == seqs[-1:],
+            90,
+            "the worker's prune",
+            interval=0.25,
+            process=proc,
+            log=log,
+        )
+        wait_for(
+            lambda: log.read_text().count("stream retention pruned") >= 2,
+            30,
+            "a second run",
         )
     assert read_state().horizon == seqs[-1]

@@ -22,6 +22,7 @@ from django.test import override_settings
 from rindle_app import runtime as runtimes
 from rindle_app.stream.lease import read as read_lease
 from rindle_app.stream.watermark import Watermarker
+from tests.support.waiting import wait_for
 
 from ..conftest import child_env
 from .watermark_support import max_seq, pg, raw, safe_seq, write_user
@@ -104,10 +105,7 @@ def test_the_runtime_runs_a_watermarker_beside_the_hub_and_releases_its_lease(pg
     writer = raw()
     write_user(writer)
     target = max_seq()
-    deadline = time.monotonic() + 5
-    while safe_seq() < target and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert safe_seq() >= target
+    wait_for(lambda: safe_seq() >= target, 5, "safe_seq past the write")
     runtime.shutdown()
     assert not watermarker.running and runtime.watermarker is None
     with connection.cursor() as cursor:
@@ -162,10 +160,7 @@ def test_the_command_runs_until_sigterm_and_releases_its_lease(pg):
         writer = raw()
         write_user(writer)
         target = max_seq()
-        deadline = time.monotonic() + 60
-        while safe_seq() < target:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+        wait_for(lambda: safe_seq() >= target, 60, "safe_seq past the write", process=proc)
         writer.close()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -185,9 +180,7 @@ def test_metrics_report_the_watermarker_steps(pg):
     writer = raw()
     write_user(writer)
     target = max_seq()
-    deadline = time.monotonic() + 5
-    while safe_seq() < target and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: safe_seq() >= target, 5, "safe_seq past the write")
     text = scrape_metrics()
     assert 'rindle_watermark_steps_total{database="default",outcome="advanced"}' in text
     assert f'rindle_watermark_safe_seq{{database="default"}} {float(target)}' in text

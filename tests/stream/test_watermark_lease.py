@@ -5,6 +5,7 @@ jump at most causes an early failover, and without the lease safe_seq still
 never regresses and never skips.
 """
 
+import functools
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from rindle_app.exceptions import LeaseHeld
 from rindle_app.stream.lease import Lease
 from rindle_app.stream.lease import read as read_lease
 from rindle_app.stream.watermark import Watermarker
+from tests.support.threads import run_at_once
 
 from ..conftest import child_env
 from .watermark_support import max_seq, pg, raw, safe_seq, write_user
@@ -80,11 +82,7 @@ def test_racing_contenders_get_exactly_one_holder_per_epoch(pg):
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=contend, args=(n,)) for n in range(holders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_at_once([functools.partial(contend, n) for n in range(holders)])
     assert all(len(who) == 1 for who in wins.values()), wins
     for name in ("race0", "race1", "race2"):
         epochs = sorted(e for n, e in wins if n == name)

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 from rindle_app.stream.watermark import NOTIFY_CHANNEL, Watermarker, WatermarkProgress
+from tests.support.waiting import wait_for
 
 from .watermark_support import fence_locks, last_seq, max_seq, pg, raw, safe_seq, write_user
 
@@ -162,10 +163,7 @@ def test_the_loop_publishes_a_commit_within_a_few_intervals(pg):
     time.sleep(0.2)
     write_user(writer)
     target = max_seq()
-    deadline = time.monotonic() + 3
-    while safe_seq() < target and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert safe_seq() >= target
+    wait_for(lambda: safe_seq() >= target, 3, "safe_seq past the write", interval=0.01)
     wm.close()
     assert not wm.running
     writer.close()

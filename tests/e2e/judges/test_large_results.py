@@ -14,6 +14,7 @@ import time
 import pytest
 
 from project.demo.models import Issue
+from tests.support.demo import issue
 
 from .test_published_clients import (
     FLAT,
@@ -30,16 +31,7 @@ TITLE = "A long title " * 20
 
 def many_issues(n):
     Issue.objects.bulk_create(
-        Issue(
-            id=f"big{i:05}",
-            title=f"{TITLE}{i}",
-            status="todo",
-            priority="low",
-            owner_id="cy",
-            created_at=100.0 + i,
-            updated_at=100.0 + i,
-        )
-        for i in range(n)
+        issue(f"big{i:05}", title=f"{TITLE}{i}", owner="cy", created=100.0 + i) for i in range(n)
     )
 
 

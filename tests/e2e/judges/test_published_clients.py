@@ -44,6 +44,7 @@ from rindle_app.named import resolve
 from tests.conftest import CI, child_env
 from tests.support.adapters import HIDDEN_BODY
 from tests.support.processes import free_port
+from tests.support.threads import OpenTransaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -598,32 +599,16 @@ def test_a_writer_committing_after_a_later_seq_is_not_lost(run):
     if connection.vendor == "sqlite":
         pytest.skip("SQLite serializes writers: a lower seq never commits after a higher one")
     run.settle("hydrate")
-    inserted, release = threading.Event(), threading.Event()
-    failure = []
-
-    def slow_writer():
-        try:
-            with transaction.atomic():
-                Tag.objects.create(id="late", issue_id="i2", name="late")  # takes seq N
-                inserted.set()
-                release.wait(STEP_TIMEOUT)
-        except Exception as exc:  # reported by the main thread
-            failure.append(exc)
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=slow_writer)
-    writer.start()
-    try:
-        assert inserted.wait(STEP_TIMEOUT)
+    late = OpenTransaction(
+        lambda: Tag.objects.create(id="late", issue_id="i2", name="late"),  # takes seq N
+        timeout=STEP_TIMEOUT,
+        hold=STEP_TIMEOUT,
+    )
+    with late:
         # seq N+1 commits first; the server must hold it back (the outbox fence) rather
         # than move past N: give it time to get that wrong
         Comment.objects.create(id="c-early", issue_id="i2", author_id="cy", body="x", created_at=7)
         time.sleep(0.5)
-    finally:
-        release.set()
-        writer.join(STEP_TIMEOUT)
-    assert not failure, failure
     run.settle("the earlier seq commits", timeout=3)
 
 

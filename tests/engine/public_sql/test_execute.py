@@ -1,5 +1,7 @@
 """POST /v1/sql/execute and /v1/sql/batch: reads, guarded writes, idempotency keys."""
 
+import functools
+
 import pytest
 from django.db import connection
 from django.test import override_settings
@@ -7,6 +9,7 @@ from rest_framework.test import APIClient
 
 from rindle_app.engine.public_sql import protected
 from rindle_app.testing import hold_writer, outbox_high_water, outbox_since
+from tests.support.threads import run_at_once
 
 from .conftest import ISSUE, error, issue, post, rows, state, token_client
 
@@ -351,11 +354,7 @@ def test_racing_retries_of_one_key_apply_once(engine, sql):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=send, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_at_once([functools.partial(send, c) for c in clients])
     assert [a.status_code for a in answers] == [200, 200]
     assert answers[0].json() == answers[1].json()
     assert rows("SELECT id FROM issue ORDER BY id") == [("i1",), ("i2",)]

@@ -1,6 +1,5 @@
 """Retained outcomes: bounded retention, the sweep, and the Celery beat that runs it."""
 
-import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ from django.test import override_settings
 from rindle_app.engine import outcomes
 from rindle_app.tasks import sweep_sql_outcomes
 from tests.conftest import celery_beat_worker
+from tests.support.waiting import wait_for
 
 from .conftest import issue, post, rows
 
@@ -82,10 +82,13 @@ def test_celery_beat_and_a_worker_sweep_expired_outcomes(engine, redis_url, tmp_
         tmp_path,
         RINDLE_SQL_OUTCOME_SWEEP_SECONDS="0.5",
     ) as (proc, log):
-        deadline = time.monotonic() + 90
-        while keys() != ["live"]:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the worker did not sweep:\n{log.read_text()[-4000:]}")
-            time.sleep(0.25)
+        wait_for(
+            lambda: keys() == ["live"],
+            90,
+            "the worker's sweep",
+            interval=0.25,
+            process=proc,
+            log=log,
+        )
     assert keys() == ["live"]
     assert "rindle_app.tasks.sweep_sql_outcomes" in log.read_text()

@@ -7,6 +7,7 @@ from django.test import override_settings
 
 from rindle_app.engine import shutdown
 from rindle_app.testing import outbox_high_water, outbox_since
+from tests.support.threads import run_at_once
 
 from .conftest import error, issue, post, rows, state, token_client
 
@@ -248,11 +249,7 @@ def test_racing_commits_of_one_transaction_apply_once(engine, sql):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=commit) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_at_once([commit, commit])
     assert [a.status_code for a in answers] == [200, 200]
     assert answers[0].json() == answers[1].json()
     assert rows("SELECT id FROM issue") == [("i1",)]

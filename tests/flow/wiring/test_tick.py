@@ -20,18 +20,11 @@ from rindle_app.models import FlowDayRecord
 from rindle_app.tasks import flow_tick
 from tests.conftest import celery_beat_worker, child_env
 from tests.support.processes import ROOT, command, free_port
+from tests.support.waiting import wait_for
 
 from .conftest import stored
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate, timeout=10, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached in {timeout} s")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -176,11 +169,14 @@ def test_celery_beat_runs_the_flow_tick_every_interval(redis_url, tmp_path):
         RINDLE_FLOW_TICK_SECONDS="0.5",
     ) as (proc, log):
         with override_settings(CACHES=cache):
-            deadline = time.monotonic() + 90
-            while len(stored("acme")) != 1 or tick.cached_fleet() is None:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the worker did not tick:\n{log.read_text()[-4000:]}")
-                time.sleep(0.25)
+            wait_for(
+                lambda: len(stored("acme")) == 1 and tick.cached_fleet() is not None,
+                90,
+                "the worker's tick",
+                interval=0.25,
+                process=proc,
+                log=log,
+            )
             fleet, at = tick.cached_fleet()
         first = log.read_text().count("flow tick wrote")
         wait_for(
