@@ -44,10 +44,10 @@ from collections import OrderedDict
 from sortedcontainers import SortedKeyList
 
 from .ast import And, Query, Simple, Start
-from .compare import key_value, sort_key
+from .compare import key_value
 from .evaluate import Evaluator
 from .sql import compile_rows
-from .store import index_key, order_key
+from .store import KeyedStore, index_key, order_key
 
 # A scan's first page holds twice what the view asks for (at least this many rows);
 # each further page doubles, up to the last size.
@@ -75,11 +75,11 @@ class _Run:
         self.complete = False  # True when the run holds every row to the end
 
 
-class PartitionStore:
+class PartitionStore(KeyedStore):
     """The store of a live catalog (see the module): partitions on demand, at version V."""
 
     def __init__(self, schema, source, *, max_rows, vendor):
-        self.schema = schema
+        super().__init__(schema)
         self.source = source  # .read(table, sql, params, version) -> (rows, later)
         self.vendor = vendor
         self.max_rows = max_rows
@@ -93,24 +93,15 @@ class PartitionStore:
         self._resident = OrderedDict()  # (table, columns, key) -> None, oldest read first
         self.rows_held = 0
         self.loads = 0  # partitions and pages read from the database
-        self._primary_keys = {}
 
     # --- reading ----------------------------------------------------------------------
-
-    def pk(self, table, row):
-        columns = self._primary_keys.get(table)
-        if columns is None:
-            columns = self._primary_keys[table] = self.schema.get(table).primary_key
-        if len(columns) == 1:
-            return (sort_key(row.get(columns[0])),)
-        return tuple([sort_key(row.get(c)) for c in columns])
 
     def get(self, table, pk):
         """The row of ``table`` with primary key ``pk`` at V, or None."""
         fresh = self._fresh.get((table, pk), self)
         if fresh is not self:  # changed by this commit: its image is the row at V
             return fresh
-        columns = self._primary_key(table)
+        columns = self.primary_key(table)
         bucket = self._bucket(table, columns, pk)
         return bucket.get(pk)
 
@@ -168,7 +159,7 @@ class PartitionStore:
         if len(missing) < 2:
             return
         (column,) = columns
-        pk_order = tuple((c, "asc") for c in self._primary_key(table))
+        pk_order = tuple((c, "asc") for c in self.primary_key(table))
         for at in range(0, len(missing), _PREFETCH_KEYS):
             chunk = missing[at : at + _PREFETCH_KEYS]
             where = Simple("IN", column, [key_value(k[0]) for k in chunk])
@@ -263,12 +254,6 @@ class PartitionStore:
 
     # --- internals -----------------------------------------------------------------------
 
-    def _primary_key(self, table):
-        columns = self._primary_keys.get(table)
-        if columns is None:
-            columns = self._primary_keys[table] = tuple(self.schema.get(table).primary_key)
-        return columns
-
     def _bucket(self, table, columns, key):
         indexes = self._lookups.get(table)
         index = None if indexes is None else indexes.get(columns)
@@ -294,7 +279,7 @@ class PartitionStore:
         """The partition ``columns = key`` of ``table`` at V, read in one snapshot."""
         values = [key_value(part) for part in key]
         where = And(tuple(Simple("=", c, v) for c, v in zip(columns, values)))
-        pk_order = tuple((c, "asc") for c in self._primary_key(table))
+        pk_order = tuple((c, "asc") for c in self.primary_key(table))
         rows, touched = self._read(Query(table=table, where=where, order_by=pk_order))
         bucket = {}
         for row in rows:
@@ -425,7 +410,7 @@ class PartitionStore:
 
     def _remember(self, table, row):
         """Make ``row`` (read at V) its primary key's resident partition; the row held."""
-        columns = self._primary_key(table)
+        columns = self.primary_key(table)
         pk = self.pk(table, row)
         index = self._lookups.setdefault(table, {}).setdefault(columns, {})
         bucket = index.get(pk)

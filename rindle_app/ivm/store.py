@@ -47,27 +47,39 @@ def index_key(row, columns):
     return tuple([sort_key(v) for v in values])
 
 
-class MemoryStore:
-    """Rows of every registered table, by primary key, with derived indexes."""
+class KeyedStore:
+    """What every store shares: ``schema``, and rows keyed by their primary key."""
 
     def __init__(self, schema):
         self.schema = schema
+        # table -> primary key columns; a schema change drops the table and reloads it.
+        self._primary_keys = {}
+
+    def primary_key(self, table):
+        """The primary key columns of ``table``, as a tuple."""
+        columns = self._primary_keys.get(table)
+        if columns is None:
+            columns = self._primary_keys[table] = tuple(self.schema.get(table).primary_key)
+        return columns
+
+    def pk(self, table, row):
+        columns = self._primary_keys.get(table) or self.primary_key(table)
+        if len(columns) == 1:
+            return (sort_key(row.get(columns[0])),)
+        return tuple([sort_key(row.get(c)) for c in columns])
+
+
+class MemoryStore(KeyedStore):
+    """Rows of every registered table, by primary key, with derived indexes."""
+
+    def __init__(self, schema):
+        super().__init__(schema)
         self._rows = {}  # table -> {pk: row}, created on first use
         self._lookups = {}  # table -> {columns: {key: {pk: row}}}
         # table -> {(order_by, guard column or None): {guard key or None: SortedKeyList}}
         self._orders = {}
-        # table -> primary key columns; a schema change drops the table and reloads it.
-        self._primary_keys = {}
 
     # --- reading ----------------------------------------------------------------------
-
-    def pk(self, table, row):
-        columns = self._primary_keys.get(table)
-        if columns is None:
-            columns = self._primary_keys[table] = self.schema.get(table).primary_key
-        if len(columns) == 1:
-            return (sort_key(row.get(columns[0])),)
-        return tuple([sort_key(row.get(c)) for c in columns])
 
     def rows(self, table):
         return self._table(table).values()

@@ -21,33 +21,31 @@ from rindle_app.ivm.live import LiveQueries
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
 from tests.conftest import examples
 from tests.stream.reader_support import prune
+from tests.support.demo import create_issue, issue
+from tests.support.wire import exists, rel, simple
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-OWNER = {"correlation": {"parentField": ["ownerId"], "childField": ["id"]}}
-CHILDREN = {"correlation": {"parentField": ["id"], "childField": ["issueId"]}}
+
+def newest(limit=4, **extra):
+    return {"table": "issue", "orderBy": [["createdAt", "desc"]], "limit": limit, **extra}
+
+
+COMMENTS = rel(["id"], ["issueId"], {"table": "comment", "alias": "comments"})
 
 QUERIES = {
     # A window over the whole table (paged from the database), with its subtrees.
-    "newest": {
-        "table": "issue",
-        "orderBy": [["createdAt", "desc"]],
-        "limit": 4,
-        "related": [
-            {**CHILDREN, "subquery": {"table": "comment", "alias": "comments"}},
-            {**CHILDREN, "subquery": {"table": "comment", "alias": "n", "aggregate": "count"}},
-            {**OWNER, "subquery": {"table": "user", "alias": "owner", "one": True}},
-        ],
-    },
+    "newest": newest(
+        related=[
+            COMMENTS,
+            rel(["id"], ["issueId"], {"table": "comment", "alias": "n", "aggregate": "count"}),
+            rel(["ownerId"], ["id"], {"table": "user", "alias": "owner", "one": True}),
+        ]
+    ),
     # A guarded window (one partition, kept in order).
     "mine": {
         "table": "issue",
-        "where": {
-            "type": "simple",
-            "op": "=",
-            "left": {"type": "column", "name": "ownerId"},
-            "right": {"type": "literal", "value": "u1"},
-        },
+        "where": simple("ownerId", "=", "u1"),
         "orderBy": [["createdAt", "asc"]],
         "limit": 3,
     },
@@ -57,40 +55,21 @@ QUERIES = {
         "where": {
             "type": "and",
             "conditions": [
-                {
-                    "type": "simple",
-                    "op": "!=",
-                    "left": {"type": "column", "name": "status"},
-                    "right": {"type": "literal", "value": "done"},
-                },
-                {
-                    "type": "correlatedSubquery",
-                    "op": "EXISTS",
-                    "related": {**CHILDREN, "subquery": {"table": "comment"}},
-                },
+                simple("status", "!=", "done"),
+                exists(["id"], ["issueId"], {"table": "comment"}),
             ],
         },
         "orderBy": [["title", "asc"]],
         "limit": 3,
     },
     # A window that starts after a row (a second page): its run starts there too.
-    "page_two": {
-        "table": "issue",
-        "orderBy": [["createdAt", "desc"]],
-        "start": {"row": {"createdAt": 4.0, "id": "i3"}, "exclusive": True},
-        "limit": 3,
-    },
+    "page_two": newest(3, start={"row": {"createdAt": 4.0, "id": "i3"}, "exclusive": True}),
     # A window over the child table, each row with its parent.
     "recent_comments": {
         "table": "comment",
         "orderBy": [["createdAt", "desc"]],
         "limit": 3,
-        "related": [
-            {
-                "correlation": {"parentField": ["issueId"], "childField": ["id"]},
-                "subquery": {"table": "issue", "alias": "issue", "one": True},
-            }
-        ],
+        "related": [rel(["issueId"], ["id"], {"table": "issue", "alias": "issue", "one": True})],
     },
 }
 
@@ -99,15 +78,7 @@ def seed(issues=10, comments=12):
     User.objects.bulk_create([User(id=f"u{n}", name=f"User {n}") for n in range(1, 4)])
     Issue.objects.bulk_create(
         [
-            Issue(
-                id=f"i{n}",
-                title=f"Issue {n % 5}",
-                status="todo",
-                priority="low",
-                owner_id=f"u{1 + n % 3}",
-                created_at=float(n % 7),
-                updated_at=0.0,
-            )
+            issue(f"i{n}", owner=f"u{1 + n % 3}", created=float(n % 7), title=f"Issue {n % 5}")
             for n in range(issues)
         ]
     )
@@ -133,16 +104,12 @@ def random_writes(rng, count, serial):
         kind = rng.randrange(9)
         issue_id = f"i{rng.randrange(14)}"
         if kind == 0:
-            Issue.objects.update_or_create(
-                id=issue_id,
-                defaults=dict(
-                    title=f"Issue {rng.randrange(5)}",
-                    status="todo",
-                    priority="low",
-                    owner_id=f"u{rng.randrange(1, 4)}",
-                    created_at=float(rng.randrange(9)),
-                    updated_at=0.0,
-                ),
+            Issue.objects.filter(id=issue_id).delete()
+            create_issue(
+                issue_id,
+                owner=f"u{rng.randrange(1, 4)}",
+                created=float(rng.randrange(9)),
+                title=f"Issue {rng.randrange(5)}",
             )
         elif kind == 1:
             Issue.objects.filter(id=issue_id).update(created_at=float(rng.randrange(9)))
@@ -248,15 +215,10 @@ def test_starting_reads_no_table_and_a_partition_holds_only_its_rows(engine):
     assert not [q["sql"] for q in reads.captured_queries if any(t in q["sql"] for t in tables)]
     detail = {
         "table": "issue",
-        "where": {
-            "type": "simple",
-            "op": "=",
-            "left": {"type": "column", "name": "id"},
-            "right": {"type": "literal", "value": "i7"},
-        },
+        "where": simple("id", "=", "i7"),
         "one": True,
         "orderBy": [["id", "asc"]],
-        "related": [{**CHILDREN, "subquery": {"table": "comment", "alias": "comments"}}],
+        "related": [COMMENTS],
     }
     shared = live.catalog.register(detail)
     assert len(shared.view.result()["comments"]) == 3
@@ -281,15 +243,7 @@ def test_a_window_over_a_whole_table_holds_a_page_not_the_table(engine):
         Issue.objects.filter(id__in=shown[:2]).delete()
         # Rows past the run's last key: one arrives there, one moves there; neither may
         # join the run, or a refill past it would yield them out of order.
-        Issue.objects.create(
-            id=f"late{round_}",
-            title="late",
-            status="todo",
-            priority="low",
-            owner_id="u1",
-            created_at=-1.0,
-            updated_at=0.0,
-        )
+        create_issue(f"late{round_}", created=-1.0)
         Issue.objects.filter(id=f"i{300 + round_}").update(created_at=-2.0)
         # A block from the top, so the refills run through the run and past it.
         top = Issue.objects.order_by("-created_at", "id").values_list("id", flat=True)[:20]
