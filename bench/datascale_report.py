@@ -1,0 +1,241 @@
+"""bench/datascale.py's report: a table per backend, the fits, the targets, the exit status."""
+
+from bench.datascale_run import OUTSIDE_TARGETS
+
+MIB = 1024 * 1024
+TARGETS = {
+    "rss_mib": 300.0,
+    "users_only_mib": 200.0,
+    "first_frame_s": 2.0,
+    "new_shape_ms": 100.0,
+    "others_delayed_ms": 10.0,
+}
+SHAPE_ORDER = ("issuesPage", "users", "myIssues", "recentComments", "issueDetail", "tagOptions")
+
+
+def fit(points):
+    """Least squares ``y = a + b x`` over ``points`` [(x, y)]: (a, b), or None below 2 x's."""
+    points = [(x, y) for x, y in points if y is not None]
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - b * mx, b
+
+
+def get(v, *path):
+    for key in path:
+        if not isinstance(v, dict) or key not in v:
+            return None
+        v = v[key]
+    return v
+
+
+def new_shape_worst(v):
+    """(worst first-subscription ms, worst others-delayed ms) over the shapes in target."""
+    shapes = get(v, "shapes") or {}
+    firsts = [s.get("first_ms") for n, s in shapes.items() if n not in OUTSIDE_TARGETS]
+    delays = [s.get("others_delayed_ms") for n, s in shapes.items() if n not in OUTSIDE_TARGETS]
+    firsts = [x for x in firsts if x is not None]
+    delays = [x for x in delays if x is not None]
+    return (max(firsts) if firsts else None), (max(delays) if delays else None)
+
+
+def rows_of(entry):
+    def shape(name, key):
+        def read(v):
+            s = get(v, "shapes", name)
+            if s is None:
+                return None
+            if key == "first_ms" and s.get("kind") == "none":
+                return "no answer"
+            if key == "first_ms" and s.get("kind") not in (None, "nbatch"):
+                return f"refused: {s.get('code')}"
+            return s.get(key)
+
+        return read
+
+    metrics = [
+        ("start -> first frame, s", lambda v: get(v, "start", "first_frame_s"), True),
+        ("  port listening after, s", lambda v: get(v, "start", "listening_s"), True),
+        ("  handshakes reset", lambda v: get(v, "start", "handshakes_reset"), True),
+        ("  subscribes unanswered", lambda v: get(v, "start", "subscribes_unanswered"), True),
+        ("RSS after first frame, MiB", lambda v: get(v, "after_first_frame", "rss_mib"), True),
+        ("VmHWM after first frame, MiB", lambda v: get(v, "after_first_frame", "hwm_mib"), True),
+        ("RSS +100 subscriptions, MiB", lambda v: get(v, "after_extra_subs", "rss_mib"), True),
+        ("VmHWM +100 subscriptions, MiB", lambda v: get(v, "after_extra_subs", "hwm_mib"), True),
+        ("  +100 subscriptions took, s", lambda v: get(v, "extra_subs_s"), True),
+        ("users only: RSS, MiB", lambda v: get(v, "users_only", "rss_mib"), True),
+        ("users only: VmHWM, MiB", lambda v: get(v, "users_only", "hwm_mib"), True),
+        ("users only: first frame, s", lambda v: get(v, "users_only", "first_frame_s"), True),
+    ]
+    for name in SHAPE_ORDER:
+        outside = " (not in target)" if name in OUTSIDE_TARGETS else ""
+        metrics.append((f"first {name}, ms{outside}", shape(name, "first_ms"), True))
+        if name != "issuesPage":
+            metrics.append(("  others delayed by it, ms", shape(name, "others_delayed_ms"), True))
+    metrics += [
+        ("idle ping round trip, ms", lambda v: get(v, "idle_ping_ms"), True),
+        ("write -> frame p50, ms", lambda v: get(v, "writes", "p50_ms"), True),
+        ("write -> frame p99, ms", lambda v: get(v, "writes", "p99_ms"), True),
+        (
+            "  writes missing / samples",
+            lambda v: _pair(get(v, "writes"), "missing", "samples"),
+            None,
+        ),
+        ("correctness gate", lambda v: _gate(v), None),
+    ]
+    return metrics
+
+
+def _pair(d, a, b):
+    return None if d is None else f"{d.get(a)} / {d.get(b)}"
+
+
+def _gate(v):
+    g = get(v, "gate")
+    if g is None:
+        return "error" if get(v, "error") else None
+    return f"{'PASS' if g['pass'] else 'FAIL'} ({g['checked']})"
+
+
+def fmt(x):
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return f"{x:,}"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.2f}"
+
+
+def ratio(b, a):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+        return f"{a / b:.2f}"
+    return ""
+
+
+def print_all(results):
+    status = 0
+    labels = ("before", "after")
+    for backend in dict.fromkeys(e["backend"] for e in results["scale"]):
+        entries = [e for e in results["scale"] if e["backend"] == backend]
+        print(
+            f"\n=== {backend}: data scale, before ({results['config']['commits'].get('before')})"
+            f" beside after ({results['config']['commits'].get('after')}) ==="
+        )
+        for e in entries:
+            d = e["data"]
+            print(
+                f"\n{d['rows']:,} synced rows ({d['tables']}); generated in {d['fill_s']} s, "
+                f"outbox {d['captured']:,} captured, pruned to {d['outbox_left']}"
+            )
+            print(f"  {'':<44} {'before':>12} {'after':>12} {'after/before':>13}")
+            for name, read, _lower in rows_of(e):
+                b, a = (read(e["variants"].get(x, {})) for x in labels)
+                print(f"  {name:<44} {fmt(b):>12} {fmt(a):>12} {ratio(b, a):>13}")
+            for label in labels:
+                v = e["variants"].get(label, {})
+                if "error" in v:
+                    print(f"  !!! {label}: {v['error'][:500]}")
+                    status = max(status, 1)
+                if v.get("unanswered"):
+                    print(f"  !!! {label}: subscriptions never answered: {v['unanswered']}")
+                g = v.get("gate")
+                if g is not None and not g["pass"]:
+                    print(f"  !!! CORRECTNESS GATE FAILED ({label}): {g['failures'][:5]}")
+                    status = 3
+                if g is not None and g.get("refused"):
+                    print(f"  ({label}: not compared, refused by the server: {g['refused']})")
+        results.setdefault("fits", {})[backend] = print_fits(entries, labels)
+        print_targets(entries, labels)
+    ivm = results.get("ivm")
+    if ivm:
+        from bench import datascale_ivm
+
+        datascale_ivm.report(ivm)
+        if not all(r["gate_pass"] for r in ivm.values()):
+            status = 3
+    if status == 3:
+        print("\nCORRECTNESS GATE FAILED: the figures above are void.")
+    return status
+
+
+def print_fits(entries, labels):
+    print("\n  fit over the sizes (least squares)")
+    fits = {}
+    for label in labels:
+        rss = fit(
+            [
+                (e["data"]["rows"], get(e["variants"].get(label), "after_first_frame", "rss_mib"))
+                for e in entries
+            ]
+        )
+        start = fit(
+            [
+                (e["data"]["rows"], get(e["variants"].get(label), "start", "first_frame_s"))
+                for e in entries
+            ]
+        )
+        if rss is None or start is None:
+            print(f"    {label}: needs two sizes")
+            continue
+        print(
+            f"    {label:<7} RSS after first frame = {rss[0]:,.0f} MiB + "
+            f"{rss[1] * MIB:,.0f} bytes/row; start -> first frame = {start[0]:.2f} s + "
+            f"{start[1] * 1e6:.2f} s per million rows"
+        )
+        fits[label] = {
+            "rss_intercept_mib": rss[0],
+            "bytes_per_row": rss[1] * MIB,
+            "start_intercept_s": start[0],
+            "s_per_million_rows": start[1] * 1e6,
+        }
+    return fits
+
+
+def print_targets(entries, labels):
+    e = max(entries, key=lambda x: x["data"]["rows"])
+    rows = e["data"]["rows"]
+    where = "" if rows >= 3_000_000 else f" (measured at {rows:,} rows; the targets are at 3M)"
+    print(f"\n  targets{where}")
+    for label in labels:
+        v = e["variants"].get(label)
+        if not v or "error" in v:
+            continue
+        first, delayed = new_shape_worst(v)
+        resets = (get(v, "start", "handshakes_reset") or 0) + (
+            get(v, "start", "subscribes_unanswered") or 0
+        )
+        checks = [
+            (
+                "RSS +100 subscriptions <= 300 MiB",
+                get(v, "after_extra_subs", "rss_mib"),
+                TARGETS["rss_mib"],
+                "MiB",
+            ),
+            (
+                "users only <= 200 MiB",
+                get(v, "users_only", "rss_mib"),
+                TARGETS["users_only_mib"],
+                "MiB",
+            ),
+            (
+                "start -> first frame <= 2 s",
+                get(v, "start", "first_frame_s"),
+                TARGETS["first_frame_s"],
+                "s",
+            ),
+            ("first subscription of a new shape <= 100 ms", first, TARGETS["new_shape_ms"], "ms"),
+            ("other sockets delayed <= 10 ms", delayed, TARGETS["others_delayed_ms"], "ms"),
+        ]
+        for name, value, limit, unit in checks:
+            verdict = "-" if value is None else ("PASS" if value <= limit else "FAIL")
+            print(f"    {label:<7} {name:<46} {fmt(value):>9} {unit:<3} {verdict}")
+        verdict = "PASS" if resets == 0 else "FAIL"
+        print(f"    {label:<7} {'0 handshakes reset or unanswered':<46} {resets:>9}     {verdict}")
