@@ -182,8 +182,9 @@ class Controller:
       reset or closed by the server), then subscribe ``sub`` and wait for its seq 0;
       a subscribe unanswered for ``answer_timeout`` s is counted and retried on a new
       socket. Times are ``time.monotonic()``.
-    - ``open {name, subs, timeout}``: one more socket with these subscriptions, until
-      each has its seq 0 or a queryError.
+    - ``open {conns: [{name, subs}], timeout}``: more sockets, opened together, each
+      with its subscriptions, until each has its seq 0 or a queryError.
+    - ``close {conns}``: close these sockets.
     - ``subscribe {conn, sub, timeout}``: one subscription on an open socket.
     - ``watch {conns}`` / ``unwatch``: start / stop the ping loops; ``unwatch``
       returns every ping as [conn, t_sent, rtt].
@@ -291,12 +292,25 @@ class Controller:
             await asyncio.wait(pending, timeout=timeout)
 
     async def cmd_open(self, msg):
-        conn = Conn(self, msg["name"])
-        await self.connect(conn)
-        self.conns[conn.name] = conn
-        subs = [conn.subscribe(spec) for spec in msg["subs"]]
+        """``conns`` [{name, subs}]: sockets opened together, each with its subscriptions."""
+
+        async def one(spec):
+            conn = Conn(self, spec["name"])
+            await self.connect(conn)
+            self.conns[conn.name] = conn
+            return [conn.subscribe(s) for s in spec["subs"]]
+
+        subs = [s for group in await asyncio.gather(*map(one, msg["conns"])) for s in group]
         await self.wait_subs(subs, msg["timeout"])
         return {"answers": [answer(s) for s in subs]}
+
+    async def cmd_close(self, msg):
+        """Close the sockets ``conns`` (their subscriptions leave the dump)."""
+        conns = [self.conns.pop(n) for n in msg["conns"]]
+        for conn in conns:
+            conn.ws.close()
+        await asyncio.wait([c.ws.lost for c in conns], timeout=10)
+        return {}
 
     async def cmd_subscribe(self, msg):
         conn = self.conns[msg["conn"]]

@@ -1,11 +1,13 @@
 """
 bench/datascale.py's children with Django: the writer and the correctness gate.
 
-- ``writer``: ORM writes from a process of its own, ``Issue.objects.filter(pk=..)
+One child process (``bench/datascale.py --child helper``), one JSON command per
+line on stdin:
+
+- ``write``: ORM writes from a process of its own, ``Issue.objects.filter(pk=..)
   .update(title=..)`` in ``transaction.atomic()``, to issues the subscriptions
   watch, at a steady rate (open loop); each write's title is unique and its commit
-  time is ``time.monotonic()`` when the atomic block has returned. Prints ``ready``,
-  waits for a line on stdin, then prints one JSON line of ``[title, t]``.
+  time is ``time.monotonic()`` when the atomic block has returned.
 - ``gate``: every subscription the client process dumped (its replica, folded from
   the frames) against the query re-run now in SQL by the oracle
   (``rindle_app.ivm.sql.run_query``): the same named query, resolved for the same
@@ -18,25 +20,16 @@ bench/datascale.py's children with Django: the writer and the correctness gate.
 
 import dataclasses
 import json
-import os
 import sys
 import time
 
 
-def child_writer():
-    import django
-
-    django.setup()
+def write(targets, count, rate, label):
+    """ORM writes at ``rate``/s (open loop): ``[[title, commit time], ...]``."""
     from django.db import transaction
 
     from project.demo.models import Issue
 
-    targets = json.loads(os.environ["DATASCALE_TARGETS"])
-    count, rate = int(os.environ["DATASCALE_WRITES"]), float(os.environ["DATASCALE_RATE"])
-    label = os.environ["DATASCALE_LABEL"]
-    Issue.objects.filter(pk=targets[0]).exists()  # connect before the clock starts
-    print("ready", flush=True)
-    sys.stdin.readline()
     period, commits = 1.0 / rate, []
     start = time.monotonic() + 0.02
     for k in range(count):
@@ -47,7 +40,7 @@ def child_writer():
         with transaction.atomic():
             Issue.objects.filter(pk=targets[k % len(targets)]).update(title=title)
         commits.append([title, time.monotonic()])
-    print(json.dumps(commits), flush=True)
+    return commits
 
 
 def unselect(query):
@@ -87,10 +80,8 @@ def flatten(query, view, schema, out):
                 flatten(related.subquery, value, schema, out)
 
 
-def child_gate():
-    import django
-
-    django.setup()
+def gate(dump_path, username):
+    """The dumped replicas against the SQL oracle (see the module docstring)."""
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -100,8 +91,9 @@ def child_gate():
     from rindle_app.ivm.sql import run_query
     from rindle_app.named import resolve
 
-    dump = json.loads(open(os.environ["DATASCALE_DUMP"]).read())
-    user = get_user_model().objects.get(username=os.environ["DATASCALE_USER"])
+    with open(dump_path) as f:
+        dump = json.load(f)
+    user = get_user_model().objects.get(username=username)
     schema = get_engine().tables
     checked, failures, refused = 0, [], []
     try:
@@ -131,17 +123,34 @@ def child_gate():
                     failures.append(f"{where}: {'; '.join(problems)}")
     finally:
         shutdown()
-    print(
-        json.dumps(
-            {
-                "pass": checked > 0 and not failures,
-                "checked": checked,
-                "failures": failures[:20],
-                "refused": refused,
-            }
-        ),
-        flush=True,
-    )
+        connection.close()
+    return {
+        "pass": checked > 0 and not failures,
+        "checked": checked,
+        "failures": failures[:20],
+        "refused": refused,
+    }
 
 
-CHILDREN = {"writer": child_writer, "gate": child_gate}
+def child_helper():
+    """One JSON command per stdin line (write, gate, quit), one JSON answer per line."""
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg["cmd"] == "write":
+            reply = {"commits": write(msg["targets"], msg["count"], msg["rate"], msg["label"])}
+            connection.close()  # nothing held open between the phases
+        elif msg["cmd"] == "gate":
+            reply = gate(msg["dump"], msg["user"])
+        else:
+            reply = {}
+        print(json.dumps(reply), flush=True)
+        if msg["cmd"] == "quit":
+            return
+
+
+CHILDREN = {"helper": child_helper}

@@ -1,6 +1,6 @@
 """bench/datascale.py's report: a table per backend, the fits, the targets, the exit status."""
 
-from bench.datascale_run import OUTSIDE_TARGETS
+from bench.datascale_run import FRESH_SHAPES, OUTSIDE_TARGETS
 
 MIB = 1024 * 1024
 TARGETS = {
@@ -35,58 +35,73 @@ def get(v, *path):
 
 
 def new_shape_worst(v):
-    """(worst first-subscription ms, worst others-delayed ms) over the shapes in target."""
-    shapes = get(v, "shapes") or {}
-    firsts = [s.get("first_ms") for n, s in shapes.items() if n not in OUTSIDE_TARGETS]
-    delays = [s.get("others_delayed_ms") for n, s in shapes.items() if n not in OUTSIDE_TARGETS]
-    firsts = [x for x in firsts if x is not None]
-    delays = [x for x in delays if x is not None]
-    return (max(firsts) if firsts else None), (max(delays) if delays else None)
+    """(worst first-subscription ms, worst others-delayed ms) over the shapes in target,
+    on the main server and on the users-only one."""
+    entries = [
+        s
+        for shapes in (get(v, "shapes") or {}, get(v, "users_only", "shapes") or {})
+        for n, s in shapes.items()
+        if n not in OUTSIDE_TARGETS
+    ]
+    firsts = [s["first_ms"] for s in entries if s.get("first_ms") is not None]
+    delays = [s["others_delayed_ms"] for s in entries if s.get("others_delayed_ms") is not None]
+    lost = sum(1 for s in entries if s.get("kind") == "none")
+    worst = max(firsts) if firsts else None
+    return (float("inf") if lost else worst), (max(delays) if delays else None)
+
+
+def shape_reader(where, name, key):
+    def read(v):
+        s = get(v, *where, name)
+        if s is None:
+            return None
+        if key == "first_ms" and s.get("kind") == "none":
+            return "no answer"
+        if key == "first_ms" and s.get("kind") not in (None, "nbatch"):
+            return f"refused: {s.get('code')}"
+        return s.get(key)
+
+    return read
 
 
 def rows_of(entry):
-    def shape(name, key):
-        def read(v):
-            s = get(v, "shapes", name)
-            if s is None:
-                return None
-            if key == "first_ms" and s.get("kind") == "none":
-                return "no answer"
-            if key == "first_ms" and s.get("kind") not in (None, "nbatch"):
-                return f"refused: {s.get('code')}"
-            return s.get(key)
-
-        return read
-
     metrics = [
-        ("start -> first frame, s", lambda v: get(v, "start", "first_frame_s"), True),
-        ("  port listening after, s", lambda v: get(v, "start", "listening_s"), True),
-        ("  handshakes reset", lambda v: get(v, "start", "handshakes_reset"), True),
-        ("  subscribes unanswered", lambda v: get(v, "start", "subscribes_unanswered"), True),
-        ("RSS after first frame, MiB", lambda v: get(v, "after_first_frame", "rss_mib"), True),
-        ("VmHWM after first frame, MiB", lambda v: get(v, "after_first_frame", "hwm_mib"), True),
-        ("RSS +100 subscriptions, MiB", lambda v: get(v, "after_extra_subs", "rss_mib"), True),
-        ("VmHWM +100 subscriptions, MiB", lambda v: get(v, "after_extra_subs", "hwm_mib"), True),
-        ("  +100 subscriptions took, s", lambda v: get(v, "extra_subs_s"), True),
-        ("users only: RSS, MiB", lambda v: get(v, "users_only", "rss_mib"), True),
-        ("users only: VmHWM, MiB", lambda v: get(v, "users_only", "hwm_mib"), True),
-        ("users only: first frame, s", lambda v: get(v, "users_only", "first_frame_s"), True),
+        ("start -> first frame, s", lambda v: get(v, "start", "first_frame_s")),
+        ("  port listening after, s", lambda v: get(v, "start", "listening_s")),
+        ("  handshakes reset", lambda v: get(v, "start", "handshakes_reset")),
+        ("  subscribes unanswered", lambda v: get(v, "start", "subscribes_unanswered")),
+        ("RSS after first frame, MiB", lambda v: get(v, "after_first_frame", "rss_mib")),
+        ("VmHWM after first frame, MiB", lambda v: get(v, "after_first_frame", "hwm_mib")),
+        ("RSS +100 subscriptions, MiB", lambda v: get(v, "after_extra_subs", "rss_mib")),
+        ("VmHWM +100 subscriptions, MiB", lambda v: get(v, "after_extra_subs", "hwm_mib")),
+        ("  +100 subscriptions took, s", lambda v: get(v, "extra_subs_s")),
+        ("users only: RSS, MiB", lambda v: get(v, "users_only", "rss_mib")),
+        ("users only: VmHWM, MiB", lambda v: get(v, "users_only", "hwm_mib")),
+        ("users only: start -> first frame, s", lambda v: get(v, "users_only", "first_frame_s")),
+        ("users only: handshakes reset", lambda v: get(v, "users_only", "handshakes_reset")),
+        ("first subscription of a shape, ms (after issuesPage)", lambda v: ""),
     ]
     for name in SHAPE_ORDER:
         outside = " (not in target)" if name in OUTSIDE_TARGETS else ""
-        metrics.append((f"first {name}, ms{outside}", shape(name, "first_ms"), True))
+        first = "  (the start subscription)" if name == "issuesPage" else ""
+        metrics.append((f"  {name}{outside}{first}", shape_reader(("shapes",), name, "first_ms")))
         if name != "issuesPage":
-            metrics.append(("  others delayed by it, ms", shape(name, "others_delayed_ms"), True))
+            reader = shape_reader(("shapes",), name, "others_delayed_ms")
+            metrics.append(("    others delayed by it, ms", reader))
+    metrics.append(("first subscription of a shape, ms (fresh, after users)", lambda v: ""))
+    for name in FRESH_SHAPES:
+        where = ("users_only", "shapes")
+        metrics.append((f"  {name}", shape_reader(where, name, "first_ms")))
+        metrics.append(
+            ("    others delayed by it, ms", shape_reader(where, name, "others_delayed_ms"))
+        )
     metrics += [
-        ("idle ping round trip, ms", lambda v: get(v, "idle_ping_ms"), True),
-        ("write -> frame p50, ms", lambda v: get(v, "writes", "p50_ms"), True),
-        ("write -> frame p99, ms", lambda v: get(v, "writes", "p99_ms"), True),
-        (
-            "  writes missing / samples",
-            lambda v: _pair(get(v, "writes"), "missing", "samples"),
-            None,
-        ),
-        ("correctness gate", lambda v: _gate(v), None),
+        ("idle ping round trip, ms", lambda v: get(v, "idle_ping_ms")),
+        ("write -> frame p50, ms", lambda v: get(v, "writes", "p50_ms")),
+        ("write -> frame p99, ms", lambda v: get(v, "writes", "p99_ms")),
+        ("  writes missing / samples", lambda v: _pair(get(v, "writes"), "missing", "samples")),
+        ("correctness gate, main server", lambda v: _gate(get(v, "gate"), v)),
+        ("correctness gate, users-only server", lambda v: _gate(get(v, "users_only", "gate"), v)),
     ]
     return metrics
 
@@ -95,8 +110,7 @@ def _pair(d, a, b):
     return None if d is None else f"{d.get(a)} / {d.get(b)}"
 
 
-def _gate(v):
-    g = get(v, "gate")
+def _gate(g, v):
     if g is None:
         return "error" if get(v, "error") else None
     return f"{'PASS' if g['pass'] else 'FAIL'} ({g['checked']})"
@@ -136,7 +150,7 @@ def print_all(results):
                 f"outbox {d['captured']:,} captured, pruned to {d['outbox_left']}"
             )
             print(f"  {'':<44} {'before':>12} {'after':>12} {'after/before':>13}")
-            for name, read, _lower in rows_of(e):
+            for name, read in rows_of(e):
                 b, a = (read(e["variants"].get(x, {})) for x in labels)
                 print(f"  {name:<44} {fmt(b):>12} {fmt(a):>12} {ratio(b, a):>13}")
             for label in labels:
@@ -144,14 +158,15 @@ def print_all(results):
                 if "error" in v:
                     print(f"  !!! {label}: {v['error'][:500]}")
                     status = max(status, 1)
-                if v.get("unanswered"):
-                    print(f"  !!! {label}: subscriptions never answered: {v['unanswered']}")
-                g = v.get("gate")
-                if g is not None and not g["pass"]:
-                    print(f"  !!! CORRECTNESS GATE FAILED ({label}): {g['failures'][:5]}")
-                    status = 3
-                if g is not None and g.get("refused"):
-                    print(f"  ({label}: not compared, refused by the server: {g['refused']})")
+                for lost in (v.get("unanswered"), get(v, "users_only", "unanswered")):
+                    if lost:
+                        print(f"  !!! {label}: subscriptions never answered: {lost}")
+                for g in (v.get("gate"), get(v, "users_only", "gate")):
+                    if g is not None and not g["pass"]:
+                        print(f"  !!! CORRECTNESS GATE FAILED ({label}): {g['failures'][:5]}")
+                        status = 3
+                    if g is not None and g.get("refused"):
+                        print(f"  ({label}: not compared, refused by the server: {g['refused']})")
         results.setdefault("fits", {})[backend] = print_fits(entries, labels)
         print_targets(entries, labels)
     ivm = results.get("ivm")
@@ -209,8 +224,10 @@ def print_targets(entries, labels):
         if not v or "error" in v:
             continue
         first, delayed = new_shape_worst(v)
-        resets = (get(v, "start", "handshakes_reset") or 0) + (
-            get(v, "start", "subscribes_unanswered") or 0
+        resets = sum(
+            get(v, *where, key) or 0
+            for where in (("start",), ("users_only",))
+            for key in ("handshakes_reset", "subscribes_unanswered")
         )
         checks = [
             (

@@ -221,130 +221,185 @@ def start(server, clients, token, sub):
 
 def shape_delay(answer, pings, idle_p50):
     """The longest a watcher's ping overlapping the subscription waited, above idle."""
-    t0, t1 = answer["t_sent"], answer.get("t_seq0") or answer.get("t_answer") or answer["t_sent"]
+    t0, t1 = answer["t_sent"], answer.get("t_seq0") or answer["t_sent"]
     during = [rtt for _c, t, rtt in pings if t <= t1 and t + rtt >= t0]
     if not during:
         return None, 0
     return max(0.0, max(during) - idle_p50) * 1000, len(during)
 
 
+_T0 = time.monotonic()
+
+
 def step(label, text):
-    print(f"    {label}: {text}", flush=True)
+    print(f"    [{time.monotonic() - _T0:6.1f}s] {label}: {text}", flush=True)
+
+
+def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
+    """
+    Each of ``shapes`` [(name, args)] subscribed in turn on socket ``main`` while
+    ``WATCHERS`` other sockets, subscribed to ``watched_query`` (a query the server
+    already maintains), ping: per shape, subscribe -> seq 0 and how much longer than
+    when idle the pings overlapping it waited. Also the idle round trip, in ms.
+    """
+    watched = [f"w{i}" for i in range(WATCHERS)]
+    clients.call(
+        "open",
+        conns=[{"name": n, "subs": [watched_query]} for n in watched],
+        timeout=SUB_TIMEOUT_S,
+    )
+    clients.call("watch", conns=watched)
+    time.sleep(0.5)  # the idle round trip
+    answers = []
+    for k, (name, qargs) in enumerate(shapes):
+        sub = {"queryId": first_query_id + k, "name": name, "args": qargs}
+        a = clients.call("subscribe", conn="main", sub=sub, timeout=SUB_TIMEOUT_S)["answer"]
+        answers.append(a)
+        took = f"{(a['t_seq0'] - a['t_sent']) * 1000:.1f} ms" if a["kind"] == "nbatch" else ""
+        step(label, f"first {name}: {a['kind']} {a.get('code') or ''}{took}")
+        time.sleep(0.1)
+    pings = clients.call("unwatch")["pings"]
+    clients.call("close", conns=watched)
+    idle = [rtt for _c, t, rtt in pings if t + rtt < answers[0]["t_sent"]]
+    idle_p50 = statistics.median(idle) if idle else 0.0
+    out = {}
+    for a in answers:
+        delay, n = shape_delay(a, pings, idle_p50)
+        entry = {"kind": a["kind"], "others_delayed_ms": delay, "pings_during": n}
+        if a["kind"] == "nbatch":
+            entry.update(first_ms=(a["t_seq0"] - a["t_sent"]) * 1000, rows=a["rows"])
+        else:
+            entry.update(code=a.get("code"))
+        out[a["name"]] = entry
+    return out, idle_p50 * 1000
+
+
+class Helper:
+    """The writer and the gate: one child process with Django (bench/datascale_gate.py)."""
+
+    def __init__(self, env):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "datascale.py"), "--child", "helper"],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+
+    def call(self, cmd, **fields):
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **fields}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the helper exited ({self.proc.poll()}) during {cmd!r}")
+        return json.loads(line)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                self.call("quit")
+                self.proc.wait(10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def check_unanswered(out, server, label, shapes):
+    lost = [n for n, sh in shapes.items() if sh.get("kind") == "none"]
+    lost += [x for x in out.get("extra_subs_refused", ()) if x.endswith("no answer")]
+    if lost:
+        name = f"datascale-unanswered-{label}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+        out["unanswered"] = {"subscriptions": lost, "stacks": server.dump_stacks(name)}
+        step(label, f"!!! unanswered subscriptions {lost}: stacks in bench/results/{name}")
 
 
 def measure(label, root, url, meta, args, log_dir):
     """Every figure of one variant (checkout ``root``) on the database at ``url``."""
-    env = child_env(url)
-    token = meta["token"]
-    issues = meta["issues"]
     from bench.datascale_data import issue_id
 
+    env = child_env(url)
+    token, issues, user = meta["token"], meta["issues"], meta["token_user"]
+    detail = issue_id(issues // 200 + 5, issues)  # the first issueDetail
+    targets = [issue_id(k * issues // EXTRA_SUBS + 3, issues) for k in range(EXTRA_SUBS)]
+    shapes = [(n, detail if n == "issueDetail" else a) for n, a in SHAPES]
     out = {"variant": label}
+    helper = None
     server = Daphne(root, env, log_dir, label)
     clients = Clients(env)
     try:
         out["start"] = start(server, clients, token, START_QUERY)
         out["after_first_frame"] = server.status()
-        print(
-            f"    {label}: first frame {out['start']['first_frame_s']:.2f} s, RSS "
+        step(
+            label,
+            f"first frame {out['start']['first_frame_s']:.2f} s after spawning, RSS "
             f"{out['after_first_frame']['rss_mib']:.0f} MiB",
-            flush=True,
         )
-        watched = [f"w{i}" for i in range(WATCHERS)]
-        for name in watched:
-            clients.call("open", name=name, subs=[START_QUERY], timeout=SUB_TIMEOUT_S)
-        step(label, f"{WATCHERS} watchers open")
-        clients.call("watch", conns=watched)
-        time.sleep(1.0)  # the idle round trip
-        answers = []
-        for k, (name, qargs) in enumerate(SHAPES):
-            if name == "issueDetail":
-                qargs = issue_id(issues // 200 + 5, issues)
-            sub = {"queryId": 2 + k, "name": name, "args": qargs}
-            answers.append(
-                clients.call("subscribe", conn="main", sub=sub, timeout=SUB_TIMEOUT_S)["answer"]
-            )
-            step(label, f"first {name}: {answers[-1]['kind']}")
-            time.sleep(0.2)
-        pings = clients.call("unwatch")["pings"]
-        idle = [rtt for _c, t, rtt in pings if t + rtt < answers[0]["t_sent"]]
-        idle_p50 = statistics.median(idle) if idle else 0.0
-        shapes = {
-            "issuesPage": {
-                "first_ms": out["start"]["subscribe_to_seq0_ms"],
-                "note": "the start subscription",
-            }
+        out["shapes"], out["idle_ping_ms"] = first_subscriptions(
+            clients, label, START_QUERY, shapes, 2
+        )
+        out["shapes"]["issuesPage"] = {
+            "kind": "nbatch",
+            "first_ms": out["start"]["subscribe_to_seq0_ms"],
+            "note": "the start subscription: no watchers yet",
         }
-        for a in answers:
-            delay, n = shape_delay(a, pings, idle_p50)
-            entry = {"kind": a["kind"], "others_delayed_ms": delay, "pings_during": n}
-            if a["kind"] == "nbatch":
-                entry.update(first_ms=(a["t_seq0"] - a["t_sent"]) * 1000, rows=a["rows"])
-            else:
-                entry.update(code=a.get("code"))
-            shapes[a["name"]] = entry
-        out["shapes"] = shapes
-        out["idle_ping_ms"] = idle_p50 * 1000
         out["after_shapes"] = server.status()
-        targets = [issue_id(k * issues // EXTRA_SUBS + 3, issues) for k in range(EXTRA_SUBS)]
+        helper = Helper(env)  # Django starts up while the +100 subscriptions are made
         t0 = time.monotonic()
-        refused = []
-        for half in range(2):
-            subs = [
-                {"queryId": 1 + k, "name": "issueDetail", "args": targets[half * 50 + k]}
-                for k in range(EXTRA_SUBS // 2)
-            ]
-            r = clients.call("open", name=f"d{half}", subs=subs, timeout=SUB_TIMEOUT_S)
-            refused += [a for a in r["answers"] if a["kind"] != "nbatch"]
+        conns = [
+            {
+                "name": f"d{half}",
+                "subs": [
+                    {"queryId": 1 + k, "name": "issueDetail", "args": targets[half * 50 + k]}
+                    for k in range(EXTRA_SUBS // 2)
+                ],
+            }
+            for half in range(2)
+        ]
+        answers = clients.call("open", conns=conns, timeout=SUB_TIMEOUT_S)["answers"]
         out["extra_subs_s"] = time.monotonic() - t0
         out["extra_subs_refused"] = [
-            f"{a['name']} #{a['queryId']}: {a.get('code') or 'no answer'}" for a in refused
+            f"{a['name']} #{a['queryId']}: {a.get('code') or 'no answer'}"
+            for a in answers
+            if a["kind"] != "nbatch"
         ]
         time.sleep(0.5)
         out["after_extra_subs"] = server.status()
         step(label, f"+{EXTRA_SUBS} subscriptions in {out['extra_subs_s']:.2f} s")
-        out["writes"] = writes(env, clients, targets, label, args)
+        out["writes"] = writes(helper, clients, targets, label, args)
         step(label, f"writes: {out['writes']}")
-        dump = Path(log_dir) / f"dump-{label}.json"
-        clients.call("dump", path=str(dump))
-        out["gate"] = run_child(
-            "gate", {**env, "DATASCALE_DUMP": str(dump), "DATASCALE_USER": meta["token_user"]}
-        )
+        out["gate"] = gate(helper, clients, log_dir, f"{label}-main", user)
+        check_unanswered(out, server, label, out["shapes"])
         out["server_log_tracebacks"] = server.tail(10**7).count("Traceback")
-        lost = [n for n, sh in shapes.items() if sh.get("kind") == "none"]
-        lost += [x for x in out["extra_subs_refused"] if x.endswith("no answer")]
-        if lost:
-            name = f"datascale-unanswered-{label}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-            out["unanswered"] = {"subscriptions": lost, "stacks": server.dump_stacks(name)}
-            step(label, f"!!! unanswered subscriptions {lost}: stacks in {name}")
     finally:
         clients.stop()
         server.stop()
-    out["users_only"] = users_only(root, env, token, log_dir, label)
+    try:
+        out["users_only"] = users_only(root, env, token, log_dir, label, detail, helper, user)
+    finally:
+        if helper is not None:
+            helper.stop()
     return out
 
 
-def writes(env, clients, targets, label, args):
+def gate(helper, clients, log_dir, name, user):
+    dump = Path(log_dir) / f"dump-{name}.json"
+    clients.call("dump", path=str(dump))
+    result = helper.call("gate", dump=str(dump), user=user)
+    step(name, f"correctness gate {'PASS' if result['pass'] else 'FAIL'} ({result['checked']})")
+    return result
+
+
+def writes(helper, clients, targets, label, args):
     """ORM writes from another process -> the frame carrying each, p50/p99 and missing."""
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "datascale.py"), "--child", "writer"],
-        env={
-            **env,
-            "DATASCALE_TARGETS": json.dumps(targets),
-            "DATASCALE_WRITES": str(args.writes),
-            "DATASCALE_RATE": str(args.write_rate),
-            "DATASCALE_LABEL": f"{label}-{time.time_ns()}",
-        },
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        raise RuntimeError("the writer did not start")
-    out, _ = proc.communicate("go\n", timeout=args.writes / args.write_rate + 120)
-    commits = json.loads(out.strip().splitlines()[-1])
+    commits = helper.call(
+        "write",
+        targets=targets,
+        count=args.writes,
+        rate=args.write_rate,
+        label=f"{label}-{time.time_ns()}",
+    )["commits"]
     deadline = time.monotonic() + 10
     while True:
         edits = clients.call("edits")["edits"]
@@ -362,25 +417,43 @@ def writes(env, clients, targets, label, args):
     }
 
 
-def users_only(root, env, token, log_dir, label):
-    """A fresh server whose only subscription is ``users``: its RSS."""
+# On the users-only server, after its RSS: the shapes again, first touching their tables.
+FRESH_SHAPES = ("issueDetail", "recentComments", "myIssues", "issuesPage")
+
+
+def users_only(root, env, token, log_dir, label, detail, helper, user):
+    """
+    A fresh server whose only subscription is ``users``: its RSS. Then, on that server,
+    the first subscription of each of ``FRESH_SHAPES`` (issueDetail first: on the main
+    server issuesPage has already read its tables), and the correctness gate.
+    """
     server = Daphne(root, env, log_dir, f"{label}-users")
     clients = Clients(env)
+    users = {"queryId": 1, "name": "users", "args": {}}
     try:
-        r = start(server, clients, token, {"queryId": 1, "name": "users", "args": {}})
+        r = start(server, clients, token, users)
         first = server.status()
-        time.sleep(2.0)  # anything still loading in the background
+        time.sleep(1.0)  # anything still loading in the background
         later = server.status()
+        step(label, f"users only: first frame {r['first_frame_s']:.2f} s, {later}")
+        out = {
+            "first_frame_s": r["first_frame_s"],
+            "handshakes_reset": r["handshakes_reset"],
+            "subscribes_unanswered": r["subscribes_unanswered"],
+            "rss_mib": max(first["rss_mib"], later["rss_mib"]),
+            "hwm_mib": max(first["hwm_mib"], later["hwm_mib"]),
+        }
+        specs = dict(SHAPES)
+        specs["issueDetail"], specs["issuesPage"] = detail, START_QUERY["args"]
+        shapes = [(n, specs[n]) for n in FRESH_SHAPES]
+        out["shapes"], out["idle_ping_ms"] = first_subscriptions(clients, label, users, shapes, 2)
+        if helper is not None:
+            out["gate"] = gate(helper, clients, log_dir, f"{label}-users", user)
+        check_unanswered(out, server, f"{label}-users", out["shapes"])
     finally:
         clients.stop()
         server.stop()
-    return {
-        "first_frame_s": r["first_frame_s"],
-        "handshakes_reset": r["handshakes_reset"],
-        "subscribes_unanswered": r["subscribes_unanswered"],
-        "rss_mib": max(first["rss_mib"], later["rss_mib"]),
-        "hwm_mib": max(first["hwm_mib"], later["hwm_mib"]),
-    }
+    return out
 
 
 def pct(values, q):
