@@ -66,10 +66,10 @@ def parse_args(argv=None):
     p.add_argument("--before", default=BEFORE_REV, help="the 'before' commit")
     p.add_argument("--after", default=str(ROOT), help="the 'after' checkout (a path)")
     p.add_argument("--only", default="scale,ivm", help="scale and/or ivm")
-    p.add_argument("--variants", default="before,after", help=argparse.SUPPRESS)
+    p.add_argument("--variants", default="before,after", help="before and/or after")
     p.add_argument("--database-url", default=DEFAULT_PG, help="a PostgreSQL server to use")
     p.add_argument("--writes", type=int, default=None, help="write samples (200; quick 100)")
-    p.add_argument("--write-rate", type=float, default=None, help="writes/s (20; quick 40)")
+    p.add_argument("--write-rate", type=float, default=None, help="writes/s (20; quick 50)")
     p.add_argument("--json", default=None)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -86,7 +86,9 @@ def parse_args(argv=None):
         p.error("--only takes scale and/or ivm")
     args.variant_list = [v.strip() for v in args.variants.split(",")]
     args.writes = args.writes or (100 if args.quick else 200)
-    args.write_rate = args.write_rate or (40.0 if args.quick else 20.0)
+    args.write_rate = args.write_rate or (50.0 if args.quick else 20.0)
+    if set(args.variant_list) - {"before", "after"}:
+        p.error("--variants takes before and/or after")
     return args
 
 
