@@ -206,7 +206,7 @@ def main(argv=None):
         if "before" in args.variant_list:
             before, sha = checkout_before(args.before, tmpdir)
             roots["before"] = before
-        results["config"]["commits"] = {k: describe(v) for k, v in roots.items()}
+        results["config"]["commits"] = {k: describe(roots[k]) for k in args.variant_list}
         print(f"datascale: {results['config']['commits']}; temp dir {tmpdir}", flush=True)
         if "scale" in args.parts:
             run_scale(args, roots, tmpdir, results)

@@ -164,6 +164,8 @@ class Conn:
 
 def answer(sub):
     out = {"queryId": sub.query_id, "name": sub.name, "t_sent": sub.t_sent}
+    if sub.answered.done():
+        out["t_answer"] = sub.answered.result()  # the seq 0 or the refusal
     if sub.error is not None:
         out.update(kind="queryError", code=sub.error.get("code"), message=sub.error.get("message"))
     elif sub.t_seq0 is not None:

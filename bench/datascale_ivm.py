@@ -33,6 +33,12 @@ def run_variant(label, root, log_dir):
     return body, rc, log
 
 
+def store_only(gate):
+    return bool(gate["failures"]) and all(
+        f.startswith("store ") and "differs from the database" in f for f in gate["failures"]
+    )
+
+
 def key_figures(body):
     """The figures compared: commits/s and ratios of W1 and W2, the UI views' pair times."""
     if body is None:
@@ -68,8 +74,12 @@ def run(roots, log_dir):
         print(f"ivm: bench/ivm.py --quick --only {WORKLOADS} in {root} ({label})", flush=True)
         body, rc, log = run_variant(label, root, log_dir)
         gates = body.get("gates", []) if body else []
+        failed = [g for g in gates if not g["pass"]]
         runs[label] = {
             "exit": rc,
+            # Failed only on "the store holds every row of the database": what a store
+            # that loads partitions on demand is expected to fail (see the docstring).
+            "store_check_only": bool(failed) and all(store_only(g) for g in failed),
             "gate_pass": rc == 0 and bool(gates) and all(g["pass"] for g in gates),
             "gates_failed": [g for g in gates if not g["pass"]][:10],
             "figures": key_figures(body),
@@ -92,6 +102,12 @@ def report(runs):
     for label, r in runs.items():
         state = "PASS" if r["gate_pass"] else f"FAIL (exit {r['exit']})"
         print(f"  correctness gate, {label}: {state}; log {r['log']}")
+        if r.get("store_check_only"):
+            print(
+                f"    {label}: every failure is bench/ivm.py's check that the store holds the "
+                "whole database (bench/ivm_checks.py Gates.gate), which a store holding only "
+                "the watched partitions fails by design; the views themselves passed"
+            )
         if not r["gate_pass"]:
             for g in r["gates_failed"]:
                 print(f"    !!! {g}")

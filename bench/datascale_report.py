@@ -58,7 +58,8 @@ def shape_reader(where, name, key):
         if key == "first_ms" and s.get("kind") == "none":
             return "no answer"
         if key == "first_ms" and s.get("kind") not in (None, "nbatch"):
-            return f"refused: {s.get('code')}"
+            after = s.get("refused_after_ms")
+            return "refused" + ("" if after is None else f" {after:,.0f}")
         return s.get(key)
 
     return read
@@ -136,23 +137,25 @@ def ratio(b, a):
 
 def print_all(results):
     status = 0
-    labels = ("before", "after")
+    commits = results["config"]["commits"]
+    labels = [x for x in ("before", "after") if x in commits]
     for backend in dict.fromkeys(e["backend"] for e in results["scale"]):
         entries = [e for e in results["scale"] if e["backend"] == backend]
-        print(
-            f"\n=== {backend}: data scale, before ({results['config']['commits'].get('before')})"
-            f" beside after ({results['config']['commits'].get('after')}) ==="
-        )
+        sides = " beside ".join(f"{x} ({commits[x]})" for x in labels)
+        print(f"\n=== {backend}: data scale, {sides} ===")
         for e in entries:
             d = e["data"]
             print(
                 f"\n{d['rows']:,} synced rows ({d['tables']}); generated in {d['fill_s']} s, "
                 f"outbox {d['captured']:,} captured, pruned to {d['outbox_left']}"
             )
-            print(f"  {'':<44} {'before':>12} {'after':>12} {'after/before':>13}")
+            both = len(labels) == 2
+            head = "".join(f" {x:>12}" for x in labels) + (f" {'after/before':>13}" if both else "")
+            print(f"  {'':<44}{head}")
             for name, read in rows_of(e):
-                b, a = (read(e["variants"].get(x, {})) for x in labels)
-                print(f"  {name:<44} {fmt(b):>12} {fmt(a):>12} {ratio(b, a):>13}")
+                values = [read(e["variants"].get(x, {})) for x in labels]
+                cells = "".join(f" {fmt(x):>12}" for x in values)
+                print(f"  {name:<44}{cells}" + (f" {ratio(*values):>13}" if both else ""))
             for label in labels:
                 v = e["variants"].get(label, {})
                 if "error" in v:

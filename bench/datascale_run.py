@@ -221,7 +221,7 @@ def start(server, clients, token, sub):
 
 def shape_delay(answer, pings, idle_p50):
     """The longest a watcher's ping overlapping the subscription waited, above idle."""
-    t0, t1 = answer["t_sent"], answer.get("t_seq0") or answer["t_sent"]
+    t0, t1 = answer["t_sent"], answer.get("t_answer") or answer["t_sent"]
     during = [rtt for _c, t, rtt in pings if t <= t1 and t + rtt >= t0]
     if not during:
         return None, 0
@@ -255,7 +255,8 @@ def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
         sub = {"queryId": first_query_id + k, "name": name, "args": qargs}
         a = clients.call("subscribe", conn="main", sub=sub, timeout=SUB_TIMEOUT_S)["answer"]
         answers.append(a)
-        took = f"{(a['t_seq0'] - a['t_sent']) * 1000:.1f} ms" if a["kind"] == "nbatch" else ""
+        took = a.get("t_answer")
+        took = "" if took is None else f" after {(took - a['t_sent']) * 1000:.1f} ms"
         step(label, f"first {name}: {a['kind']} {a.get('code') or ''}{took}")
         time.sleep(0.1)
     pings = clients.call("unwatch")["pings"]
@@ -270,6 +271,8 @@ def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
             entry.update(first_ms=(a["t_seq0"] - a["t_sent"]) * 1000, rows=a["rows"])
         else:
             entry.update(code=a.get("code"))
+            if a.get("t_answer") is not None:
+                entry["refused_after_ms"] = (a["t_answer"] - a["t_sent"]) * 1000
         out[a["name"]] = entry
     return out, idle_p50 * 1000
 
