@@ -50,7 +50,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import datascale_report as report  # noqa: E402
-from bench.datascale_run import child_env, measure, run_child  # noqa: E402
+from bench.datascale_procs import child_env, run_child  # noqa: E402
+from bench.datascale_run import measure  # noqa: E402
 
 BEFORE_REV = "9581caf"  # main before issue 16: every process loads every synced table
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/test"
