@@ -140,8 +140,12 @@ class Catalog:
 
     # --- shared queries ------------------------------------------------------------
 
-    def register(self, ast):
-        """Register (or find) the shared query of ``ast``; returns it, hydrated."""
+    def register(self, ast, budget=None):
+        """
+        Register (or find) the shared query of ``ast``; returns it, hydrated. A new
+        view holding more than ``budget`` rows is refused while it is built
+        (``LimitExceeded``) and not registered.
+        """
         query = parse(ast, self.schema)
         if query.aggregate is not None:
             raise QueryError(
@@ -152,7 +156,7 @@ class Catalog:
         shared = self.queries.get(key)
         if shared is None:
             view = View(query, self.store)
-            view.hydrate()
+            view.hydrate(budget)
             guard = _guard(query)
             shared = SharedQuery(
                 key,

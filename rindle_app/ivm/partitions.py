@@ -102,6 +102,13 @@ class PartitionStore(KeyedStore):
         if fresh is not self:  # changed by this commit: its image is the row at V
             return fresh
         columns = self.primary_key(table)
+        index = self._lookups.get(table, {}).get(columns)
+        if index is None or pk not in index:
+            # A row a run holds is its key's partition at V too: no read for it.
+            for run in self._runs.get(table, {}).values():
+                row = run.by_pk.get(pk)
+                if row is not None:
+                    return row
         bucket = self._bucket(table, columns, pk)
         return bucket.get(pk)
 
@@ -109,6 +116,9 @@ class PartitionStore(KeyedStore):
         """Rows of ``table`` whose ``columns`` equal ``key`` (an ``index_key``) at V."""
         if key is None:
             return ()
+        if columns == self.primary_key(table):  # one row: this commit's, a run's, or read
+            row = self.get(table, key)
+            return () if row is None else (row,)
         return tuple(self._bucket(table, columns, key).values())
 
     def ordered(self, table, order_by, guard):
@@ -334,6 +344,7 @@ class PartitionStore(KeyedStore):
             if full:
                 run.last = self._last_read
             self._trim(table, run)
+            self._evict(keep=(table, None, name))
             yield from (r for r in page if bound is None or _after(key(r), bound, exclusive))
 
     def _pages(self, table, order_by, start, exclusive, where):
@@ -364,10 +375,6 @@ class PartitionStore(KeyedStore):
                 if upper is None or not k > upper:
                     page.append(dict(image))
             page.sort(key=key)
-            # Each row read is its primary key's partition at V: a view that shows it
-            # finds it by key later without reading the database again.
-            page = [self._remember(table, row) for row in page]
-            self._evict(keep=None)
             self._last_read = last
             yield page, upper, full
             if not full:
@@ -407,19 +414,6 @@ class PartitionStore(KeyedStore):
         self.rows_held -= extra
         run.last = run.rows[-1]
         run.upper, run.complete = run.key(run.last), False
-
-    def _remember(self, table, row):
-        """Make ``row`` (read at V) its primary key's resident partition; the row held."""
-        columns = self.primary_key(table)
-        pk = self.pk(table, row)
-        index = self._lookups.setdefault(table, {}).setdefault(columns, {})
-        bucket = index.get(pk)
-        if bucket is not None:
-            return bucket.get(pk, row)
-        index[pk] = {pk: row}
-        self._resident[(table, columns, pk)] = None
-        self.rows_held += 1
-        return row
 
     def _read(self, query):
         """(rows, {pk: image at V or None}) of ``query``'s level, in ONE snapshot."""

@@ -20,10 +20,14 @@ from collections import Counter
 
 from sortedcontainers import SortedKeyList
 
+from ..exceptions import FOOTPRINT_TOO_LARGE, LimitExceeded
 from .ast import And, Or, Simple, subqueries
 from .compare import sort_key
 from .evaluate import Evaluator
 from .store import index_key, order_key
+
+# Root rows a hydration reads, prefetches the subtrees of and admits at a time.
+_HYDRATE_BATCH = 256
 
 
 class StoreSource:
@@ -99,19 +103,42 @@ class View:
 
     # --- maintenance -----------------------------------------------------------------
 
-    def hydrate(self):
-        """Build the view from the store; returns the footprint as add ops."""
+    def hydrate(self, budget=None):
+        """
+        Build the view from the store; returns the footprint as add ops. Past
+        ``budget`` rows in its footprint it stops and raises ``LimitExceeded``
+        (``footprint_too_large``): a query too large to serve is refused while it is
+        read, not after the whole table was.
+        """
         touched = {}
         if self._head is not None:
             self._head = self._partition_head()
             for row in self._head:
                 self._show(row, touched)
+            self._within(budget)
             return self._ops(touched)
-        roots = list(self._scan(after=None, need=self.query.limit))
+        batch = []
+        for row in self._scan(after=None, need=self.query.limit):
+            batch.append(row)
+            if len(batch) == _HYDRATE_BATCH:
+                self._hydrate_batch(batch, touched, budget)
+                batch = []
+        self._hydrate_batch(batch, touched, budget)
+        return self._ops(touched)
+
+    def _hydrate_batch(self, roots, touched, budget):
         self._prefetch(self.query, roots)
         for row in roots:
             self._admit(row, touched)
-        return self._ops(touched)
+        self._within(budget)
+
+    def _within(self, budget):
+        if budget is not None and len(self.footprint) > budget:
+            raise LimitExceeded(
+                f"this query holds more than {budget} rows, what is left of the socket's "
+                "WS_MAX_FOOTPRINT_ROWS",
+                FOOTPRINT_TOO_LARGE,
+            )
 
     def _prefetch(self, q, rows):
         """Ask the store for the partitions ``rows``' subtrees read, level by level, at once."""

@@ -315,11 +315,12 @@ class Hub:
                 self._drop(old)
             epoch = conn.epochs.get(query_id, 0) + 1
             conn.epochs[query_id] = epoch
+            budget = limits.footprint_budget(self.catalog, conn, query_id)
             try:
-                shared = self.catalog.register(ast)
+                shared = self.catalog.register(ast, budget)
             except ResnapshotRequired as exc:  # its partitions are below the horizon
                 self._resnapshot(exc)
-                shared = self.catalog.register(ast)
+                shared = self.catalog.register(ast, budget)
             encoded = self._encoding(shared)
             sub = Sub(conn, query_id, epoch, mode, shared.key)
             ops = self.catalog.attach(shared.key, sub)

@@ -51,6 +51,27 @@ def check_subscriptions(conn, query_id):
         )
 
 
+def footprint_budget(catalog, conn, query_id):
+    """
+    The rows a new view for ``conn``'s ``query_id`` may hold: what its other
+    subscriptions leave of ``WS_MAX_FOOTPRINT_ROWS`` (None: no cap).
+    """
+    cap = _cap("WS_MAX_FOOTPRINT_ROWS")
+    if cap is None:
+        return None
+    return cap - _rows_held(catalog, conn, replacing=query_id)
+
+
+def _rows_held(catalog, conn, replacing):
+    queries = catalog.queries
+    rows = 0
+    for query_id, sub in conn.subs.items():
+        shared = queries.get(sub.key)
+        if shared is not None and query_id != replacing:
+            rows += len(getattr(shared.view, "footprint", ()))
+    return rows
+
+
 def check_footprint(catalog, conn, *, replacing=None):
     """
     Refuse when the socket's subscriptions hold more than ``WS_MAX_FOOTPRINT_ROWS``.
@@ -62,12 +83,7 @@ def check_footprint(catalog, conn, *, replacing=None):
     cap = _cap("WS_MAX_FOOTPRINT_ROWS")
     if cap is None:
         return
-    queries = catalog.queries
-    rows = 0
-    for query_id, sub in conn.subs.items():
-        shared = queries.get(sub.key)
-        if shared is not None and query_id != replacing:
-            rows += len(getattr(shared.view, "footprint", ()))
+    rows = _rows_held(catalog, conn, replacing)
     if rows > cap or (replacing is not None and rows >= cap):
         raise LimitExceeded(
             f"this socket's subscriptions would hold {rows} rows or more; the limit is "

@@ -247,11 +247,32 @@ async def test_a_socket_with_a_full_footprint_is_refused_before_any_hydration(li
     hub = await db(get_hub)()
     registered = []
     register = hub.catalog.register
-    hub.catalog.register = lambda ast: registered.append(ast) or register(ast)
+    hub.catalog.register = lambda ast, budget=None: registered.append(ast) or register(ast, budget)
     (refusal,) = await subscribe(client, 2, "tagOptions")  # no rows, but the budget is full
     assert refusal["code"] == "footprint_too_large" and registered == []
     # Re-subscribing the queryId that holds the rows is not refused: its rows are replaced.
     assert (await subscribe(client, 1, "users"))[0]["hello"]["epoch"] == 2
+    await client.close()
+
+
+async def test_a_query_too_large_for_the_budget_is_refused_while_it_is_read(live, settings):
+    """
+    ``users`` over 2,000 rows on a socket allowed 20: the view stops at its first batch
+    over the budget and is refused, the store having read a few pages, not the table;
+    a query within the budget still subscribes on that socket.
+    """
+    await db(seed_users)(2000)
+    limit(settings, WS_MAX_FOOTPRINT_ROWS=20)
+    client = Client()
+    assert await client.connect()
+    (refusal,) = await subscribe(client, 1, "users")
+    assert refusal["t"] == "queryError" and refusal["code"] == "footprint_too_large"
+    hub = await db(get_hub)()
+    assert not hub.catalog.queries or all(
+        s.query.table != "user" for s in hub.catalog.queries.values()
+    )
+    assert hub.catalog.store.rows_held < 1000
+    assert len((await subscribe(client, 2, "tagOptions"))[1]["batch"]["ops"]) == 0
     await client.close()
 
 
