@@ -196,6 +196,11 @@ class Hub:
             self._thread.start()
         return self
 
+    @property
+    def started(self):
+        """True once ``start()`` hydrated the catalog (read without the lock)."""
+        return self.live is not None
+
     def close(self):
         self._stop.set()
         self._wake.set()
