@@ -166,7 +166,6 @@ class Hub:
         self.lock = HubLock()
         self.live = None
         self.conns = {}
-        self.sockets = limits.Sockets()  # open sockets per principal (the consumer counts)
         self._encoded = {}  # query key -> _Encoded
         self._wake = threading.Event()
         self._stop = threading.Event()
