@@ -58,6 +58,14 @@ DEFAULTS = {
     # Seconds between re-checks of an open socket's credentials (revoked token,
     # deactivated user, ended session): the bound on how long revocation takes.
     "WS_AUTH_RECHECK_SECONDS": 30,
+    # Worker threads of the websocket consumer (rindle_app.realtime.workers), read
+    # when the pool is first used: WS_DB_THREADS for the calls that read or write
+    # the database (tokens, leases, named queries, mutations), WS_HUB_THREADS for
+    # the calls that take the hub's lock (subscribe, unsubscribe, connect,
+    # disconnect). Apart, so sockets waiting for the hub never hold up another
+    # socket's database call.
+    "WS_DB_THREADS": 8,
+    "WS_HUB_THREADS": 4,
     # Usage ledger (rindle_app.flow): UTC days of per-namespace flow kept in the
     # store (today included); each flush deletes older rows, and reads never reach
     # past it. FLOW_NODE_ID names this process's rows: None gives every process a

@@ -39,13 +39,23 @@ One ``os.register_at_fork`` hook makes a forked child forget every runtime witho
 stopping anything: the parent's threads do not survive a fork, and the child must
 not write through the parent's connections or under its ledger's node id.
 
+Starting without waiting. ``hub_ready()`` starts 1 and 2 in a thread of their own
+(``rindle-start-<alias>``) and returns a ``concurrent.futures.Future`` of the hub:
+every caller shares the one start, so a socket that arrives while the hub hydrates
+waits on that future (``asyncio.wrap_future``) and holds no thread of its own. A
+failed start leaves its exception in the future; the next ``hub_ready()`` tries
+again. ``sockets`` (the open sockets per principal, ``realtime.limits.Sockets``) is
+plain data, there before anything starts, so a handshake is admitted or refused
+without waiting for the hub.
+
 Threading model. ``get_runtime`` and every part's accessor may be called from any
 thread, never from an event loop thread when the part still has to start (starting
-reads the database: call them through ``sync_to_async`` there). The runtime map is
-a plain dict read without a lock (atomic under the GIL) and changed under a module
-lock. Each runtime has two locks, held only while a part starts or stops: one for
-the engine and the hub, one for the ledger, the tick and the quotas, so a ledger
-reading the store never holds up an engine start and the reverse. Once started, a
+reads the database: call them through ``sync_to_async`` there, or wait on
+``hub_ready()``). The runtime map is a plain dict read without a lock (atomic under
+the GIL) and changed under a module lock. Each runtime has two locks, held only
+while a part starts or stops: one for the engine and the hub, one for the ledger,
+the tick and the quotas, so a ledger reading the store never holds up an engine
+start and the reverse (a third, ``hub_ready``'s, only guards its future). Once started, a
 part is read without a lock (one attribute load and a liveness check): the hot
 paths (a request's ``get_engine()``, a socket's ``quota.meter()``) take no lock.
 The threads the parts run are documented where they are: the writer
@@ -57,6 +67,7 @@ retention timer (``stream/retention.py``).
 """
 
 import atexit
+import concurrent.futures
 import logging
 import os
 import threading
@@ -105,6 +116,14 @@ class Runtime:
         from .stream.retention import RetentionStats
 
         self.retention_stats = RetentionStats()
+        # The one start of the hub in the background (``hub_ready``) and its thread.
+        self._start_lock = threading.Lock()
+        self._hub_future = None
+        self._start_thread = None
+        from .realtime.limits import Sockets  # plain data; imports nothing that starts
+
+        # Open sockets per principal in this process (WS_MAX_SOCKETS_PER_PRINCIPAL).
+        self.sockets = Sockets()
 
     def __repr__(self):
         return f"<Runtime {self.using!r}{' closed' if self.closed else ''}>"
@@ -165,6 +184,56 @@ class Runtime:
             self._serve_retention()
         return hub
 
+    def hub_ready(self):
+        """
+        A ``concurrent.futures.Future`` of the running hub (see the module docstring).
+
+        The hub already runs: a done future. Otherwise the first caller starts the
+        engine and the hub in the thread ``rindle-start-<alias>`` and every caller
+        gets that start's future; it holds the start's exception if it failed, and
+        the next call starts again. It never blocks: call it from an event loop.
+        """
+        with self._start_lock:
+            future = self._hub_future
+            if future is not None and (not future.done() or self._serves(future)):
+                return future
+            self._check_open()
+            future = self._hub_future = concurrent.futures.Future()
+            future.set_running_or_notify_cancel()  # a waiter going away never cancels it
+            hub = self._hub
+            if hub is not None and hub.started and hub.engine is self.running_engine:
+                future.set_result(hub)
+                return future
+            self._start_thread = threading.Thread(
+                target=self._start_hub,
+                args=(future,),
+                name=f"rindle-start-{self.using}",
+                daemon=True,
+            )
+            self._start_thread.start()
+            return future
+
+    def _serves(self, future):
+        """True when ``future`` holds the hub that runs now (not an error, not a stopped hub)."""
+        if future.exception() is not None:
+            return False
+        hub = future.result()
+        return hub is self._hub and hub.started and hub.engine is self.running_engine
+
+    def _start_hub(self, future):
+        try:
+            hub = self.hub
+            if self.closed:  # shut down while it started: stop what this thread started
+                self.stop_hub()
+                raise RuntimeError(f"{self!r} was shut down while its hub started")
+        except BaseException as exc:
+            logger.exception("rindle: the hub of %r did not start", self.using)
+            future.set_exception(exc)
+        else:
+            future.set_result(hub)
+        finally:
+            connections.close_all()
+
     @property
     def watermarker(self):
         """The watermarker this process runs beside its hub, or None (starts nothing)."""
@@ -199,6 +268,9 @@ class Runtime:
         with self._engine_lock:
             hub, self._hub = self._hub, None
             watermarker, self._watermarker = self._watermarker, None
+        with self._start_lock:
+            if self._hub_future is not None and self._hub_future.done():
+                self._hub_future = None  # the next hub_ready() starts a new hub
         if watermarker is not None:
             watermarker.close()
         if hub is not None:

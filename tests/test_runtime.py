@@ -75,3 +75,48 @@ def test_a_forked_child_forgets_its_parents_runtime(rindle_runtime):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert runtime.running() is rindle_runtime  # the parent's is untouched
+
+
+def test_hub_ready_starts_the_hub_once_in_its_own_thread(rindle_runtime, monkeypatch):
+    from rindle_app.ivm.live import LiveQueries
+
+    starts, release = [], threading.Event()
+    real = LiveQueries.start
+
+    def start(self):
+        starts.append(threading.current_thread().name)
+        assert release.wait(10)
+        return real(self)
+
+    monkeypatch.setattr(LiveQueries, "start", start)
+    first = rindle_runtime.hub_ready()
+    second = rindle_runtime.hub_ready()
+    assert second is first and not first.done()  # it never blocks its caller
+    assert not first.cancel()  # a waiter going away cannot cancel the shared start
+    release.set()
+    hub = first.result(10)
+    assert hub is rindle_runtime.hub and hub.started
+    assert starts == ["rindle-start-default"]
+    assert rindle_runtime.hub_ready().result(0) is hub  # running: done at once
+
+
+def test_a_failed_hub_start_is_in_the_future_and_the_next_call_starts_again(
+    rindle_runtime, monkeypatch
+):
+    from rindle_app.ivm.live import LiveQueries
+
+    real = LiveQueries.start
+    monkeypatch.setattr(LiveQueries, "start", lambda self: 1 / 0)
+    failed = rindle_runtime.hub_ready()
+    with pytest.raises(ZeroDivisionError):
+        failed.result(10)
+    monkeypatch.setattr(LiveQueries, "start", real)
+    again = rindle_runtime.hub_ready()
+    assert again is not failed and again.result(10).started
+
+
+def test_a_stopped_hub_is_started_anew_by_hub_ready(rindle_runtime):
+    hub = rindle_runtime.hub_ready().result(10)
+    rindle_runtime.stop_hub()
+    fresh = rindle_runtime.hub_ready().result(10)
+    assert fresh is not hub and fresh.started and fresh is rindle_runtime.hub

@@ -7,11 +7,40 @@ shape; a bad one is answered with ``error`` (or ``queryError`` for one query) an
 changes nothing; the connection stays open. Server frames come straight from the
 hub, in order (``RindleConsumer._deliver``).
 
-Threading model. Everything here runs on the socket's event loop, except what goes
-through ``sync_to_async``/``database_sync_to_async`` (the hub's locked calls, the
-engine's writes, the database reads), which runs in worker threads: the loop never
-waits for the writer (``Engine.write`` refuses to run on it). The hub hands frames
-over with ``loop.call_soon_threadsafe``; one sender task per socket writes them.
+Threading model. Everything here runs on the socket's event loop, except the
+blocking calls, which run in the consumer's own worker threads
+(``rindle_app.realtime.workers``): ``run_db`` for the database (tokens, leases, named
+queries, mutations), ``run_hub`` for the calls that take the hub's lock. None runs on
+asgiref's one thread-sensitive thread (``database_sync_to_async``), where every
+socket's call would queue behind every other's: a socket's slow subscribe (a new
+query built under the hub's lock) delays no other socket's frame that does not need
+that lock. The loop never waits for the writer (``Engine.write`` refuses to run on
+it). The hub hands frames over with ``loop.call_soon_threadsafe``; one sender task
+per socket writes them.
+
+Start-up and frames. The handshake waits for nothing that loads: after its bearer
+token (if any) and its place under ``WS_MAX_SOCKETS_PER_PRINCIPAL`` it is accepted.
+In the background the socket's quota meter is made, and its session opens: the hub
+(``Runtime.hub_ready()``, the one shared start of the process), then its connection
+there. Client frames go into the socket's inbox, and one worker task per socket
+handles them one at a time, in the order they came, once the meter counts; a frame
+that needs the hub (init, subscribe, unsubscribe, pushMutation) first waits for the
+session, one that does not (a bad frame's error) is answered without it. So a
+subscribe sent while the hub still hydrates is answered when the data is ready,
+never dropped (if the hub cannot start, the socket is closed with 4503 and the
+error logged; the next socket tries the start again). Because a frame is only
+queued when it arrives, the consumer is always ready for the next message, so a
+socket that goes away is released at once, however long its frames take.
+
+However it ends (a close, a reset, an error, or Daphne cancelling it
+``application_close_timeout`` seconds after its socket closed, when no disconnect
+handler runs), the consumer leaves with no count under its principal and no
+connection in the hub (``_end``, called from ``__call__``). The "accepted but never
+answered" hang of issue 16 came from the old order: connect waited for the hub's
+start in a worker thread, a handshake reset meanwhile queued its disconnect behind
+that connect, and when the load ended the dead handshakes all resumed and counted
+under their principal before their disconnects ran, so a live socket accepted in
+that moment was over the cap and closed with 4429 right after its accept.
 
 Usage (``rindle_app.flow``): a socket counts under the namespace
 ``RindleAdapter.namespace`` names for its user or token, with the connection as
@@ -19,7 +48,8 @@ the session. Each accepted client frame is a transfer of its UTF-8 bytes in; eac
 batch the sender writes is a transfer of its bytes out. A refused frame is a
 refusal by reason instead (its error reply is not counted), a refused bearer token
 an auth failure under the namespace of nobody. Counting reads no database: the
-ledger and the namespace's quota are set up at connect, in a worker thread. Over
+ledger and the namespace's quota are set up when the socket opens, in a worker
+thread, before its first frame is handled. Over
 quota, subscribe and pushMutation are refused with ``quota_exceeded``; the
 subscriptions a socket already holds keep receiving their batches (cutting them
 would leave the client's views torn; the socket's next subscribe is refused).
@@ -29,11 +59,11 @@ import asyncio
 import collections
 import logging
 import random
+import threading
 import time
 import uuid
 
-from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
@@ -58,14 +88,16 @@ from ..exceptions import (
 from ..flow import quota
 from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, QueryRefused, resolve
-from . import limits, wire
-from .hub import get_hub
+from ..runtime import get_runtime
+from . import limits, wire, workers
 
 logger = logging.getLogger("rindle.realtime")
 
 MODES = ("flat", "normalized")
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SEND_FAILED = 4500
+CLOSE_UNAVAILABLE = 4503  # the hub (or the quota meter) could not start: reconnect
+CLOSE_INTERNAL_ERROR = 1011
 MAX_QUERY_ID = 2**31 - 1
 MAX_CLIENT_ID = 128
 
@@ -82,41 +114,84 @@ class RindleConsumer(AsyncWebsocketConsumer):
     """
 
     hub = None
+    conn = None
     token = None
     # A socket without credentials is bound to the user of its first lease.
     _lease_principal = leases.UNBOUND
     meter = None
-    _principal = None  # the key this socket is counted under (hub.sockets)
+    _runtime = None
+    _principal = None  # the key this socket is counted under (runtime.sockets)
     # Set when the client frame being handled is refused (its bytes are not a transfer).
     _refused = False
+    # Tasks: the meter's start, the session (the hub, the socket's connection there),
+    # the frame worker, the sender, the re-check.
+    _metering = None
+    _session = None
+    _worker = None
+    _sender = None
+    _recheck = None
+    _inbox = None  # (text, receipt time) frames not yet handled
+    _waiting = None  # the future the worker waits on while the inbox is empty
+    # The hub registration and the end race from two threads: under this lock,
+    # exactly one of them disconnects (see _register and _end).
+    _registration = None
+    _registered = None  # the hub the connection is registered in
+    _ended = False
+    _left = None  # the hub's disconnect, once queued
     # Frames come straight from the hub (see hub.py), so the consumer listens on no
     # channel layer: no per-socket receive on Redis, and a Redis hiccup closes nothing.
     channel_layer_alias = None
 
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Whichever way the consumer ends: a disconnect, an error, or Daphne
+            # cancelling it (then no disconnect handler runs). No await here: a
+            # second cancellation cannot cut it short.
+            self._end()
+
+    async def dispatch(self, message):
+        """
+        Channels' ``dispatch`` first runs ``close_old_connections`` through
+        ``sync_to_async`` on the one thread-sensitive thread, for every message of
+        every socket: each would wait there behind whatever another socket runs on
+        it. This consumer's database calls close their connections in their own
+        threads (``workers``), so it dispatches directly.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self):
         self.channel_name = f"rindle.{uuid.uuid4().hex}"
+        self._registration = threading.Lock()
         self.user = self.scope.get("user")
         self.client_id = None
         bearer = _bearer(self.scope)
         if bearer is not None:
-            found = await database_sync_to_async(_authenticate)(bearer)
+            found = await workers.run_db(_authenticate, bearer)
             if found is None:
-                await sync_to_async(_auth_failure, thread_sensitive=False)()
+                await workers.run_db(_auth_failure)
                 await self.close(code=CLOSE_UNAUTHORIZED)
                 return
             self.user, self.token = found
-        self.hub, self.meter = await sync_to_async(self._start, thread_sensitive=False)()
+        self._runtime = get_runtime(None)  # None: RINDLE["DATABASE"], as get_hub()
         if not await self._admit_principal():
             return
         self._outbox = collections.deque()  # hub batches the sender task has yet to write
         self._idle = None  # the future the sender task waits on while the outbox is empty
         self._broken = False  # a write failed: the socket is going away
-        self._sender = asyncio.ensure_future(self._send_batches())
-        self.conn = await sync_to_async(self.hub.connect, thread_sensitive=False)(
-            self.channel_name, asyncio.get_running_loop(), self._deliver, self.user
-        )
+        self._inbox = collections.deque()
         self._tokens = float(rindle_settings.WS_BURST)
         self._refill = time.monotonic()
+        self._sender = asyncio.ensure_future(self._send_batches())
+        self._metering = asyncio.ensure_future(workers.run_db(self._make_meter))
+        self._session = asyncio.ensure_future(self._open())
+        for task in (self._metering, self._session):  # a failure is logged where it happens
+            task.add_done_callback(_retrieve)
+        self._worker = asyncio.ensure_future(self._work())
         await self.accept()
         if self.token is not None or getattr(self.user, "is_authenticated", False):
             # An anonymous socket has nothing to revoke, so it runs no re-check.
@@ -125,33 +200,83 @@ class RindleConsumer(AsyncWebsocketConsumer):
     async def _admit_principal(self):
         """Count the socket under its principal; over the cap it is closed with 4429."""
         key = limits.principal(self.scope, self.user, self.token)
-        if self.hub.sockets.acquire(key):
+        if self._runtime.sockets.acquire(key):
             self._principal = key
             return True
         await self.accept()  # a close code reaches the client only after the handshake
         await self.close(code=limits.CLOSE_TOO_MANY_SOCKETS)
         return False
 
-    def _start(self):
-        """The hub, and the socket's meter with its quota seeded (may read the store)."""
-        try:
-            meter = quota.meter(
-                get_adapter().namespace(self.user, self.token), session=self.channel_name
-            )
-            meter.seed()
-        finally:
-            close_old_connections()  # a shared worker thread: release what the read opened
-        return get_hub(), meter
+    # --- the session: meter, hub, connection ----------------------------------------------
 
-    async def disconnect(self, code):
-        for task in (getattr(self, "_recheck", None), getattr(self, "_sender", None)):
+    async def _open(self):
+        """
+        The hub once it runs, then the socket's connection there. If either fails the
+        socket is closed with 4503 (its client reconnects; the next socket's session
+        starts the hub again) and the frames waiting for it are not handled.
+        """
+        try:
+            # The start is shared by every socket: shielded, so this socket going
+            # away cancels its own wait and never the start.
+            hub = await asyncio.shield(asyncio.wrap_future(self._runtime.hub_ready()))
+            self.hub = hub
+            self.conn = await workers.run_hub(self._register, hub, asyncio.get_running_loop())
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("rindle consumer: the socket's session did not open; closing")
+            await self.close(code=CLOSE_UNAVAILABLE)
+            raise
+
+    def _make_meter(self):
+        """The socket's meter with its quota seeded (may read the store; a worker thread)."""
+        meter = quota.meter(
+            get_adapter().namespace(self.user, self.token), session=self.channel_name
+        )
+        meter.seed()
+        return meter
+
+    def _register(self, hub, loop):
+        """
+        Connect to ``hub`` (a worker thread). The consumer may have ended while this
+        waited for the hub's lock: then nobody else will disconnect, so this does.
+        """
+        conn = hub.connect(self.channel_name, loop, self._deliver, self.user)
+        with self._registration:
+            ended = self._ended
+            if not ended:
+                self._registered = hub
+        if ended:
+            hub.disconnect(self.channel_name)
+            return None
+        return conn
+
+    def _end(self):
+        """
+        Release everything the socket holds; idempotent, never blocks. Returns the
+        hub's queued disconnect (a ``concurrent.futures.Future``) or None.
+        """
+        for task in (self._recheck, self._sender, self._worker, self._session, self._metering):
             if task is not None:
                 task.cancel()
         if self._principal is not None:
-            self.hub.sockets.release(self._principal)
+            self._runtime.sockets.release(self._principal)
             self._principal = None
-        if self.hub is not None:
-            await sync_to_async(self.hub.disconnect, thread_sensitive=False)(self.channel_name)
+        if self._registration is None:  # connect never began
+            return None
+        with self._registration:
+            if self._ended:
+                return self._left
+            self._ended = True
+            hub = self._registered
+        if hub is not None:
+            self._left = workers.submit_hub(hub.disconnect, self.channel_name)
+        return self._left
+
+    async def disconnect(self, code):
+        left = self._end()
+        if left is not None:  # done when the hub has dropped the socket's subscriptions
+            await asyncio.shield(asyncio.wrap_future(left))
 
     async def _recheck_credentials(self):
         interval = float(rindle_settings.WS_AUTH_RECHECK_SECONDS)
@@ -163,13 +288,14 @@ class RindleConsumer(AsyncWebsocketConsumer):
             await asyncio.sleep(wait)
             wait = interval
             try:
-                if await database_sync_to_async(self._still_authorized)():
+                if await workers.run_db(self._still_authorized):
                     continue
             except Exception:  # a database hiccup is not a revocation; check again later
                 logger.exception("rindle consumer: credential re-check failed")
                 continue
-            self.meter.auth_failure()
-            for query_id in sorted(self.conn.subs):
+            if self.meter is not None:
+                self.meter.auth_failure()
+            for query_id in sorted(self.conn.subs if self.conn is not None else ()):
                 await self.send(
                     text_data=wire.query_error(query_id, "credentials revoked", UNAUTHORIZED, False)
                 )
@@ -251,13 +377,59 @@ class RindleConsumer(AsyncWebsocketConsumer):
     # --- from the client ---------------------------------------------------------------
 
     async def receive(self, text_data=None, bytes_data=None):
+        """Queue the frame for the socket's worker, so the next message is taken at once."""
+        if self._inbox is None:  # refused at connect and being closed
+            return
+        self._inbox.append((text_data, time.monotonic()))
+        waiting = self._waiting
+        if waiting is not None:
+            self._waiting = None
+            if not waiting.done():
+                waiting.set_result(None)
+
+    async def _work(self):
+        """
+        The worker task: the socket's frames one at a time, in the order they came.
+        A frame that needs the hub waits for the session (``_ready``); one that does
+        not (a bad frame's error) is answered without it, once the meter counts.
+        """
+        loop = asyncio.get_running_loop()
+        inbox = self._inbox
+        try:
+            self.meter = await asyncio.shield(self._metering)
+            while True:
+                while inbox:
+                    await self._take(*inbox.popleft())
+                self._waiting = loop.create_future()
+                await self._waiting
+        except asyncio.CancelledError:
+            raise
+        except _Unavailable:
+            return  # the session did not open, and closed the socket (_open)
+        except Exception:  # nothing here may go silent: the client is told, by the close
+            logger.exception("rindle consumer: the socket cannot be served; closing")
+            await self.close(code=CLOSE_UNAVAILABLE)
+        finally:
+            self._waiting = None
+
+    async def _ready(self):
+        """Wait until the hub runs and the socket is connected there (``_open``)."""
+        try:
+            await asyncio.shield(self._session)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _Unavailable("the socket's session did not open") from exc
+
+    async def _take(self, text_data, at):
+        """Handle one client frame received at ``at`` (``time.monotonic()``)."""
         self._refused = False
-        await self._handle(text_data)
+        await self._handle(text_data, at)
         if not self._refused:
             size = len(text_data) if text_data.isascii() else len(text_data.encode())
             self.meter.transfer(bytes_in=size)
 
-    async def _handle(self, text_data):
+    async def _handle(self, text_data, at):
         if text_data is None:
             return await self._error("frames are JSON text; binary frames are not accepted")
         if len(text_data) > int(rindle_settings.WS_MAX_FRAME_BYTES):
@@ -266,7 +438,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 f"{rindle_settings.WS_MAX_FRAME_BYTES}",
                 code=FRAME_TOO_LARGE,
             )
-        if not self._admit():
+        if not self._admit(at):
             return await self._error("too many frames; slow down", code=RATE_LIMITED)
         try:
             msg = strictjson.loads(text_data)
@@ -290,12 +462,14 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(f"unknown frame type {kind!r}", code=BAD_FRAME)
         try:
             await handler(msg)
+        except _Unavailable:
+            raise  # the socket cannot be served: _work closes it
         except Exception:  # a server bug: answered, logged, and the socket stays open
             logger.exception("rindle consumer: %s frame failed", kind)
             await self._error(f"the server failed to handle this {kind} frame", INTERNAL_ERROR)
 
-    def _admit(self):
-        now = time.monotonic()
+    def _admit(self, now):
+        """The token bucket, at the frame's receipt time (frames come in order)."""
         rate = float(rindle_settings.WS_RATE)
         burst = float(rindle_settings.WS_BURST)
         self._tokens = min(burst, self._tokens + (now - self._refill) * rate)
@@ -315,8 +489,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(
                 "this connection already identified as another client", code=BAD_FRAME
             )
+        await self._ready()
         try:  # an id another principal owns is refused; its lmid row stays unseen
-            await database_sync_to_async(self.hub.engine.check_owner)(client_id, self._owner())
+            await workers.run_db(self.hub.engine.check_owner, client_id, self._owner())
         except RindleError as exc:
             return await self._answer(exc, kind=FRAME_ERROR, retryable=exc.retryable)
         self.client_id = client_id
@@ -355,8 +530,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 )
             if await self._over_quota(query_id):
                 return
+            await self._ready()
             try:
-                name, args, user = await database_sync_to_async(self._lease)(token)
+                name, args, user = await workers.run_db(self._lease, token)
             except leases.LeaseError as exc:  # answered as not retryable, whatever the lease
                 return await self._answer(exc, query_id, kind=FRAME_QUERY_ERROR, retryable=False)
         else:
@@ -369,8 +545,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 )
             if await self._over_quota(query_id):
                 return
+            await self._ready()
         try:
-            await database_sync_to_async(self._attach)(query_id, name, args, user, mode)
+            ast = await workers.run_db(self._resolve, query_id, name, args, user)
+            await workers.run_hub(self.hub.subscribe, self.conn, query_id, ast, mode)
         except QueryRefused as exc:
             await self._answer(exc, query_id, kind=FRAME_QUERY_ERROR, retryable=False)
         except QueryError as exc:
@@ -407,12 +585,12 @@ class RindleConsumer(AsyncWebsocketConsumer):
         self._lease_principal = lease.user_id
         return lease.name, lease.args, user
 
-    def _attach(self, query_id, name, args, user, mode):
+    def _resolve(self, query_id, name, args, user):
+        """The AST of the named query (a worker thread: it may read the database)."""
         if name == LMID_QUERY_NAME and self.client_id is None:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", INVALID_ARGS)
         limits.check_subscriptions(self.conn, query_id)  # before any work (the hub re-checks)
-        ast = resolve(name, args, user, client_id=self.client_id, owner=self._owner())
-        self.hub.subscribe(self.conn, query_id, ast, mode)
+        return resolve(name, args, user, client_id=self.client_id, owner=self._owner())
 
     async def _unsubscribe(self, msg):
         query_id = msg.get("queryId")
@@ -420,7 +598,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
             return await self._error(
                 f"queryId must be an integer in 0..{MAX_QUERY_ID}", code=BAD_FRAME
             )
-        await sync_to_async(self.hub.unsubscribe, thread_sensitive=False)(self.conn, query_id)
+        await self._ready()
+        await workers.run_hub(self.hub.unsubscribe, self.conn, query_id)
 
     async def _push_mutation(self, msg):
         envelope = msg.get("envelope")
@@ -439,20 +618,22 @@ class RindleConsumer(AsyncWebsocketConsumer):
             )
         if not getattr(self.user, "is_authenticated", False):
             try:  # the adapter's hook may read the database
-                await database_sync_to_async(check_anonymous_mutation)(self.user)
+                await workers.run_db(check_anonymous_mutation, self.user)
             except AnonymousMutationsDisabled as exc:
                 return await self._answer(exc, kind=FRAME_ERROR, mid=envelope["mid"])
         if await self._over_quota(mid=envelope["mid"]):
             return
+        await self._ready()
         engine = self.hub.engine
         # Frames for this connection wait while its mutation runs, so an outcome
         # frame goes out before the lmid row that confirms the mid.
         # hold/release take the hub's lock, which a hydrating subscription can keep for a
         # while: they run off the event loop so no other socket waits for it.
-        await sync_to_async(self.hub.hold, thread_sensitive=False)(self.conn)
+        await workers.run_hub(self.hub.hold, self.conn)
         outcome = ()
         try:
-            result = await database_sync_to_async(engine.mutate)(
+            result = await workers.run_db(
+                engine.mutate,
                 envelope["clientID"],
                 envelope["mid"],
                 envelope["name"],
@@ -478,7 +659,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 frame = {"t": "mutationOutcome", "mid": envelope["mid"], "kind": "rejected"}
                 outcome = (wire.dumps({**frame, "reason": reason}),)
         finally:
-            await sync_to_async(self.hub.release, thread_sensitive=False)(self.conn, outcome)
+            await workers.run_hub(self.hub.release, self.conn, outcome)
 
     async def _raw_mutate(self, msg):
         await self._error(
@@ -503,6 +684,16 @@ class RindleConsumer(AsyncWebsocketConsumer):
     def _refuse(self, code, status=None):
         self._refused = True
         self.meter.refuse(quota.refusal_for(code, status))
+
+
+class _Unavailable(Exception):
+    """The socket's session (the hub, its connection there) could not open."""
+
+
+def _retrieve(future):
+    """Mark a background future's exception as seen (it was logged, or is awaited)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _bearer(scope):

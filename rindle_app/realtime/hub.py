@@ -166,7 +166,6 @@ class Hub:
         self.lock = HubLock()
         self.live = None
         self.conns = {}
-        self.sockets = limits.Sockets()  # open sockets per principal (the consumer counts)
         self._encoded = {}  # query key -> _Encoded
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -195,6 +194,11 @@ class Hub:
             self._thread = threading.Thread(target=self._run, name="rindle-hub", daemon=True)
             self._thread.start()
         return self
+
+    @property
+    def started(self):
+        """True once ``start()`` hydrated the catalog (read without the lock)."""
+        return self.live is not None
 
     def close(self):
         self._stop.set()

@@ -13,8 +13,11 @@ What one socket and one principal may hold (``RINDLE`` settings of the same name
   outgoing limit, ``--websocket-max-message-size``, refuses anything larger, and
   the write would otherwise fail where nobody hears it).
 - ``WS_MAX_SOCKETS_PER_PRINCIPAL``: open sockets of one principal in this
-  process (``Sockets``, one per hub, and so per engine and process). Counted per
-  process: N server processes admit N times the cap.
+  process (``Sockets``, one per runtime, and so per database alias and process:
+  ``Runtime.sockets``, there before the hub starts, so a handshake is counted
+  without waiting for it). A socket counts from its handshake until its consumer
+  ends, whichever way it ends (a close, a reset, Daphne cancelling it). Counted
+  per process: N server processes admit N times the cap.
 
 A refused subscribe is a ``queryError`` with the code and ``retryable: false``.
 """
