@@ -48,7 +48,25 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
     errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
     errors.extend(_check_retention())
+    errors.extend(_check_wake())
     return errors
+
+
+def _check_wake():
+    from .conf import rindle_settings
+    from .stream.wake import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['SQLITE_WAKE'] or RINDLE['WAKE_POLL_INTERVAL'] is refused: {problem}.",
+            hint='SQLITE_WAKE is "inotify" (the default) or "poll"; WAKE_POLL_INTERVAL is a '
+            "positive number of seconds.",
+            id="rindle.E031",
+        )
+    ]
 
 
 def _check_retention():

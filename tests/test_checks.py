@@ -113,6 +113,16 @@ def test_rindle_settings_that_are_not_a_dict_are_an_error(value):
     assert check_ids(RINDLE=value) == ["rindle.E008"]
 
 
+@pytest.mark.parametrize(
+    "rindle",
+    [{"SQLITE_WAKE": "inotfy"}, {"SQLITE_WAKE": True}, {"WAKE_POLL_INTERVAL": -1}],
+)
+def test_a_bad_wake_up_setting_is_an_error(rindle):
+    """SQLITE_WAKE is "inotify" or "poll", WAKE_POLL_INTERVAL positive (rindle.E031)."""
+    assert check_ids(RINDLE={"DATABASE": "default", **rindle}) == ["rindle.E031"]
+    assert check_ids(RINDLE={"DATABASE": "default", "SQLITE_WAKE": "poll"}) == []
+
+
 def test_an_unknown_rindle_key_is_a_warning():
     """A misspelt key in settings.RINDLE is reported, one warning each (rindle.W001)."""
     ids = check_ids(RINDLE={"SYNCED_MODEL": [], "ADAPTR": "x", "DATABASE": "default"})
