@@ -311,9 +311,13 @@ class CommitWatcher:
                         held = True
                 if not armed:
                     late = []
-                elif held and time.monotonic() >= self._held_until:
-                    self._drain()  # the hold ended (or the watcher was armed): read once
-                    late = [] if self._check(False) else self._late_reads()
+                elif held:  # the hold ended (or the watcher was just armed): read once
+                    if time.monotonic() >= self._held_until:  # (else it was extended)
+                        written = self._drain()
+                        found = self._check(False)
+                        # late reads only for writes made during the hold: an earlier
+                        # commit is visible by now
+                        late = self._late_reads() if written and not found else []
                 elif self._inotify.fd in ready:
                     if self._drain():  # each write restarts the schedule
                         if self._quiet():

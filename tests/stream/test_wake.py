@@ -150,6 +150,18 @@ def test_a_hold_leaves_the_events_unread_and_ends_with_one_read(watched):
     assert recorder.wait(1.0), "the read at the end of the hold did not find the commit"
 
 
+def test_a_hold_with_nothing_written_meanwhile_costs_one_read(watched):
+    """The engine's own commit: its pages were read before the hold; one read after."""
+    db, watcher, recorder = watched
+    watcher.arm()
+    before = applied(db, watcher, recorder)
+    watcher.hold(0.05)
+    watcher._signal()  # (a hold needs no signal; this makes the watcher look at it now)
+    time.sleep(0.2)
+    assert settled(watcher) == before + 1
+    assert not recorder.event.is_set()  # nothing new: nobody woken
+
+
 def test_a_wal_file_that_appears_after_the_watcher_started_is_watched(tmp_path):
     db = Database(tmp_path / "late.sqlite3")
     db.close()  # the last connection: SQLite checkpoints and deletes the -wal file
