@@ -49,6 +49,7 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
     errors.extend(_check_retention())
     errors.extend(_check_store_rows(user.get("STORE_MAX_ROWS", DEFAULTS["STORE_MAX_ROWS"])))
+    errors.extend(_check_wake())
     return errors
 
 
@@ -60,6 +61,23 @@ def _check_store_rows(value):
             f"RINDLE['STORE_MAX_ROWS'] must be a positive integer, not {value!r}.",
             hint="It bounds the rows the live queries' store keeps per process (200000 by "
             "default); past it the partitions read least recently are read again on demand.",
+            id="rindle.E032",
+        )
+    ]
+
+
+def _check_wake():
+    from .conf import rindle_settings
+    from .stream.wake import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['SQLITE_WAKE'] or RINDLE['WAKE_POLL_INTERVAL'] is refused: {problem}.",
+            hint='SQLITE_WAKE is "inotify" (the default) or "poll"; WAKE_POLL_INTERVAL is a '
+            "positive number of seconds.",
             id="rindle.E031",
         )
     ]

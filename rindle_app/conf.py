@@ -38,12 +38,23 @@ DEFAULTS = {
     # Milliseconds the writer waits on a SQLite lock held by another process.
     "SQLITE_BUSY_TIMEOUT_MS": 5000,
     # Seconds between outbox polls for writes made by other processes (this
-    # process's own commits wake the live queries at once).
+    # process's own commits wake the live queries at once). Where a wake-up
+    # mechanism runs (SQLITE_WAKE on SQLite, LISTEN on PostgreSQL) the poll is only
+    # its safety net and runs every max(POLL_INTERVAL, WAKE_POLL_INTERVAL).
     "POLL_INTERVAL": 0.01,
     # Rows the live queries' partition store keeps resident per process (the
     # partitions read least recently are forgotten past it, and read again from the
     # database when needed): the bound on the store's memory, whatever the tables hold.
     "STORE_MAX_ROWS": 200_000,
+    # How a SQLite serving process notices commits its engine did not make (a plain
+    # ORM save() in this process or another): "inotify" (Linux: every commit appends
+    # to the database's -wal file, whoever makes it, and inotify reports the write;
+    # while nothing is subscribed the writes are left to the safety poll; elsewhere,
+    # or for an in-memory database, it falls back to the poll) or "poll" (an outbox
+    # poll every POLL_INTERVAL only).
+    "SQLITE_WAKE": "inotify",
+    # Seconds between the safety-net outbox polls while a wake-up mechanism runs.
+    "WAKE_POLL_INTERVAL": 1.0,
     # Largest websocket text frame accepted from a client, in bytes.
     "WS_MAX_FRAME_BYTES": 256 * 1024,
     # Client frames per second a connection may send (a token bucket of this rate

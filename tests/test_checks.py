@@ -113,6 +113,16 @@ def test_rindle_settings_that_are_not_a_dict_are_an_error(value):
     assert check_ids(RINDLE=value) == ["rindle.E008"]
 
 
+@pytest.mark.parametrize(
+    "rindle",
+    [{"SQLITE_WAKE": "inotfy"}, {"SQLITE_WAKE": True}, {"WAKE_POLL_INTERVAL": -1}],
+)
+def test_a_bad_wake_up_setting_is_an_error(rindle):
+    """SQLITE_WAKE is "inotify" or "poll", WAKE_POLL_INTERVAL positive (rindle.E031)."""
+    assert check_ids(RINDLE={"DATABASE": "default", **rindle}) == ["rindle.E031"]
+    assert check_ids(RINDLE={"DATABASE": "default", "SQLITE_WAKE": "poll"}) == []
+
+
 def test_an_unknown_rindle_key_is_a_warning():
     """A misspelt key in settings.RINDLE is reported, one warning each (rindle.W001)."""
     ids = check_ids(RINDLE={"SYNCED_MODEL": [], "ADAPTR": "x", "DATABASE": "default"})
@@ -277,9 +287,9 @@ def test_the_production_settings_template_passes_check_deploy(tmp_path):
 
 
 @pytest.mark.parametrize("value", [0, -5, "100", 1.5, None, True])
-def test_a_store_bound_that_is_not_a_positive_integer_is_check_e031(settings, value):
+def test_a_store_bound_that_is_not_a_positive_integer_is_check_e032(settings, value):
     """STORE_MAX_ROWS bounds the live store's memory: anything but a positive int is refused."""
     settings.RINDLE = {**getattr(settings, "RINDLE", {}), "STORE_MAX_ROWS": value}
-    assert "rindle.E031" in [e.id for e in check_settings(None)]
+    assert "rindle.E032" in [e.id for e in check_settings(None)]
     settings.RINDLE = {**settings.RINDLE, "STORE_MAX_ROWS": 1000}
-    assert "rindle.E031" not in [e.id for e in check_settings(None)]
+    assert "rindle.E032" not in [e.id for e in check_settings(None)]

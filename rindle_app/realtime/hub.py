@@ -4,9 +4,12 @@ The drain: live queries of this process → per-connection frames.
 One ``Hub`` per engine keeps the catalog (``LiveQueries``) current and owns every
 websocket subscription of the process. A thread advances the catalog: it wakes on
 each commit of this process's engine (which hands its outbox rows over in
-process) and, for other processes' writes, on a Postgres notification or every
-``POLL_INTERVAL``. On Postgres the tail reads only up to the published watermark
-(``stream.reader``), so the notification that matters is the watermarker's
+process) and, for every other commit (a plain ORM write of this process, other
+processes), on SQLite when the database's ``-wal`` file reports the write
+(``stream/wake.py``, while anything is subscribed), on Postgres on a notification,
+and otherwise every ``POLL_INTERVAL``; where a wake-up runs, the poll is its safety
+net (every ``WAKE_POLL_INTERVAL``). On Postgres the tail reads only up to the
+published watermark (``stream.reader``), so the notification that matters is the watermarker's
 (``rindle_watermark``: safe_seq moved); a tail that cannot go on (below the
 retention horizon, another epoch) re-hydrates and every subscriber is told to
 re-subscribe (``_resnapshot``), as on a schema change. On SQLite a commit of this
@@ -40,20 +43,22 @@ else waits for it.
 Threading model. The hub's state (the catalog, ``conns``, every ``Conn`` field the
 hub writes, the encodings, the outgoing hand-overs) is touched only under
 ``Hub.lock``, by whichever thread holds it: the hub thread (``_run``: woken by a
-commit, a notification or the poll), the committing thread on SQLite (``_on_commit``,
+commit, a notification, the watcher or the poll), the committing thread on SQLite (``_on_commit``,
 which steps only when the lock is free and this thread does not already hold it,
 as a thread-local flag says), and the worker threads the consumer calls through
 (``connect``, ``subscribe``, ``hold``/``release``, ``disconnect``). Frames leave the
 lock only through ``loop.call_soon_threadsafe``, so a connection's event loop is
 the only thread that writes to its socket and to ``Conn.sent``. The listener thread
-(``stream/notify.py``, PostgreSQL) only sets the wake event. On SQLite the step and
-the JSON encoding stay on the committing thread, right after its commit, while it
-still holds the writer: handing them to the hub thread was measured and is slower
-(bench/README.md, "2026-11-30: the hub thread is slower than polling inline":
-about two thirds of the inline commit rate), because a wake-up and the GIL passing
-back and forth between the two threads cost more than the statement time they
-could overlap. So they stay there, by measurement, not by accident. The hub is one
-per runtime (``rindle_app/runtime.py``), which starts and stops it.
+(``stream/notify.py``, PostgreSQL) and the watcher thread (``stream/wake.py``,
+SQLite; armed under the lock while anything is subscribed, held after each commit
+of the engine) only set the wake event. On SQLite the step and the JSON encoding
+stay on the committing thread, right after its commit, while it still holds the
+writer: handing them to the hub thread was measured and is slower (bench/README.md,
+"2026-11-30: the hub thread is slower than polling inline": about two thirds of the
+inline commit rate), because a wake-up and the GIL passing back and forth between
+the two threads cost more than the statement time they could overlap. So they stay
+there, by measurement, not by accident. The hub is one per runtime
+(``rindle_app/runtime.py``), which starts and stops it.
 """
 
 import contextlib
@@ -75,6 +80,7 @@ from ..exceptions import (
 )
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
+from ..stream import wake
 from ..stream.notify import WATERMARK_CHANNEL, Listener
 from . import limits, wire
 
@@ -171,6 +177,7 @@ class Hub:
         self._stop = threading.Event()
         self._thread = None
         self._listener = None
+        self._watcher = None  # stream.wake.CommitWatcher (SQLite), armed while subscribed
         self.max_queued = int(rindle_settings.WS_MAX_QUEUED_MESSAGES)
         self._outgoing = {}  # event loop -> [(conn, frames)] not yet handed over
         self.poll_interval = float(rindle_settings.POLL_INTERVAL)
@@ -190,7 +197,13 @@ class Hub:
                 # notification says it moved. The poll is a safety net.
                 channels = [WATERMARK_CHANNEL]
                 self._listener = Listener(self.engine.using, self._wake.set, channels).start()
-                self.poll_interval = max(self.poll_interval, 1.0)
+            else:
+                # Commits the engine did not make wake the hub as they are written,
+                # while anything is subscribed (``_watch``); the poll is a safety net.
+                self._watcher = wake.watch(self.engine.using, self._since, self._wake.set)
+            if self._listener is not None or self._watcher is not None:
+                safety = float(rindle_settings.WAKE_POLL_INTERVAL)
+                self.poll_interval = max(self.poll_interval, safety)
             self._thread = threading.Thread(target=self._run, name="rindle-hub", daemon=True)
             self._thread.start()
         return self
@@ -209,6 +222,8 @@ class Hub:
             self.live.stop()
         if self._listener is not None:
             self._listener.close()
+        if self._watcher is not None:
+            self._watcher.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
 
@@ -226,6 +241,8 @@ class Hub:
         the hub is busy, this thread already holds it, or on Postgres (no handover:
         the step would read on the writer's connection), the hub thread is woken.
         """
+        if self._watcher is not None:  # its page writes need not wake the watcher
+            self._watcher.hold()
         lock = self.lock
         if self._step_inline and not lock.held() and lock.acquire(blocking=False):
             try:
@@ -276,12 +293,43 @@ class Hub:
                     break
                 try:
                     self.step()
+                    self._unwatch_if_idle()
                 except Exception:  # keep serving; the next step retries from the same version
                     logger.exception("rindle hub: step failed")
                     close_old_connections()
                     time.sleep(self.poll_interval)
         finally:
             connections.close_all()
+
+    # --- the wake-up for commits the engine did not make (SQLite) ------------------
+
+    def _since(self):
+        """The catalog's version (the watcher's thread: one attribute read, no lock)."""
+        live = self.live
+        return live.catalog.version if live is not None else 0
+
+    def _watch(self):
+        """
+        Under the lock, before a subscription is made: if the watcher is disarmed
+        (nothing was subscribed, so commits the engine did not make were left to the
+        safety poll), step first, so the new subscription starts current, then arm it
+        (its first read finds whatever committed in between).
+        """
+        if self._watcher is None or self._watcher.armed:
+            return
+        try:
+            self.step()
+        except Exception:  # the hub thread catches up instead
+            logger.exception("rindle hub: catching up before a subscription failed")
+            self._wake.set()
+        self._watcher.arm()
+
+    def _unwatch_if_idle(self):
+        """After a step of the hub thread: nothing subscribed, so stop the wake-ups."""
+        if self._watcher is not None and self._watcher.armed:
+            with self.lock:
+                if not self.catalog.queries:
+                    self._watcher.disarm()
 
     # --- connections ---------------------------------------------------------------
 
@@ -312,6 +360,7 @@ class Hub:
         with self.lock:
             if conn.closed:
                 return None
+            self._watch()
             limits.check_subscriptions(conn, query_id)
             limits.check_footprint(self.catalog, conn, replacing=query_id)
             old = conn.subs.pop(query_id, None)

@@ -56,20 +56,23 @@ def command(module, *args):
 
 class Child:
     """
-    One run of the crash child (``tests.support.crash_child`` with ``args``, the mode
-    first) on this test run's database; its stdout lines are collected by a thread,
-    and a ``STARTED`` line marks it ready.
+    One run of a child of this package (the crash child, ``tests.support.crash_child``,
+    unless ``module`` names another) with ``args``, the mode first, on this test run's
+    database; its stdout lines are collected by a thread, and a ``STARTED`` line
+    marks it ready. ``interactive``: its stdin is a pipe that ``send`` writes lines to.
     """
 
-    def __init__(self, args, stderr_path):
+    def __init__(self, args, stderr_path, module="crash_child", interactive=False):
         self.stderr_path = stderr_path
         self.lines = []
         self.started = threading.Event()
+        self._arrived = threading.Condition()
         self._stderr = open(stderr_path, "w")
         self.proc = subprocess.Popen(
-            command("crash_child", *args),
+            command(module, *args),
             cwd=ROOT,
             env=child_env(),
+            stdin=subprocess.PIPE if interactive else None,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
@@ -79,10 +82,33 @@ class Child:
 
     def _read(self):
         for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
+            with self._arrived:
+                self.lines.append(line.rstrip("\n"))
+                self._arrived.notify_all()
             if line.startswith("STARTED"):
                 self.started.set()
         self.started.set()  # EOF: the child died before (or after) starting
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def send(self, line):
+        """Write ``line`` to the child's stdin (an ``interactive`` child)."""
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def line(self, prefix, timeout):
+        """The first stdout line starting with ``prefix``, waiting up to ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while True:
+                found = next((x for x in self.lines if x.startswith(prefix)), None)
+                left = deadline - time.monotonic()
+                if found is not None or left <= 0 or not self._reader.is_alive():
+                    break
+                self._arrived.wait(left)
+        if found is None:
+            pytest.fail(f"the child printed no {prefix!r} in {timeout} s:\n{self.stderr()}")
+        return found
 
     def wait_started(self):
         if not self.started.wait(START_TIMEOUT) or "STARTED" not in self.lines:
@@ -105,6 +131,8 @@ class Child:
         self.finish()
 
     def finish(self):
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         self._reader.join(10)
         self.proc.stdout.close()
         self._stderr.close()
