@@ -187,6 +187,8 @@ class Hub:
 
     def start(self):
         with self.lock:
+            if self._stop.is_set():
+                raise RuntimeError("rindle hub: closed before it started")
             if self.live is not None:
                 return self
             self.live = LiveQueries(self.engine, handoff=True).start()
@@ -214,18 +216,26 @@ class Hub:
         return self.live is not None
 
     def close(self):
+        """
+        Stop the hub. The teardown runs under the hub lock, so it never interleaves
+        with a ``start()`` on another thread (which would leave a thread created but
+        not started, or a listener opened after its close); the join happens outside
+        the lock, since the hub thread may be waiting for it to finish its step.
+        """
         self._stop.set()
         self._wake.set()
-        self.engine.remove_commit_listener(self._on_commit)
-        self.engine.remove_schema_listener(self._on_schema_change)
-        if self.live is not None:
-            self.live.stop()
-        if self._listener is not None:
-            self._listener.close()
-        if self._watcher is not None:
-            self._watcher.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
+        with self.lock:
+            self.engine.remove_commit_listener(self._on_commit)
+            self.engine.remove_schema_listener(self._on_schema_change)
+            if self.live is not None:
+                self.live.stop()
+            if self._listener is not None:
+                self._listener.close()
+            if self._watcher is not None:
+                self._watcher.close()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
 
     @property
     def catalog(self):

@@ -108,3 +108,50 @@ def test_a_step_that_fails_on_the_committing_thread_is_retried_by_the_hub(live):
         time.sleep(0.01)
     assert hub.catalog.version == cv
     assert failed == [threading.get_ident()]
+
+
+def test_a_close_during_a_start_on_another_thread_leaves_nothing_running(live, monkeypatch):
+    """
+    A server shutting down while a hub is still starting (a slow first read) must not
+    leave the hub thread, the commit listener or the change listener behind.
+    """
+    from rindle_app.ivm import live as live_module
+    from rindle_app.realtime.hub import Hub
+
+    real_start, in_start = live_module.LiveQueries.start, threading.Event()
+
+    def slow_start(self):
+        in_start.set()
+        time.sleep(0.3)
+        return real_start(self)
+
+    monkeypatch.setattr(live_module.LiveQueries, "start", slow_start)
+    hub = Hub(live)
+    errors = []
+
+    def start():
+        try:
+            hub.start()
+        except RuntimeError as error:  # a close that won the race refuses the start
+            errors.append(error)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    assert in_start.wait(5)
+    hub.close()  # while start() is still inside LiveQueries.start
+    starter.join(5)
+    assert not starter.is_alive()
+    assert hub._thread is None or not hub._thread.is_alive()
+    assert hub._on_commit not in live._writer._listeners
+    if hub.live is not None:
+        assert hub.live._deliver not in [fn for _since, fn in live._writer._change_listeners]
+
+
+def test_a_closed_hub_refuses_to_start(live):
+    from rindle_app.realtime.hub import Hub
+
+    hub = Hub(live)
+    hub.close()
+    with pytest.raises(RuntimeError, match="closed before it started"):
+        hub.start()
+    assert hub._on_commit not in live._writer._listeners
