@@ -290,7 +290,11 @@ class Watermarker:
         while not stop.is_set():
             now = time.monotonic()
             if now < due:
-                if self._wait(min(due - now, 0.1)):
+                if due <= last + interval:
+                    # A notification cannot bring this step forward: sleep until it
+                    # is due rather than waking on every commit's notification.
+                    stop.wait(min(due - now, 0.1))
+                elif self._wait(min(due - now, 0.1)):
                     due = min(due, last + interval)
                 continue
             last = now

@@ -167,3 +167,40 @@ def test_the_loop_publishes_a_commit_within_a_few_intervals(pg):
     wm.close()
     assert not wm.running
     writer.close()
+
+
+def test_a_stream_of_commits_wakes_the_leader_once_per_interval_not_once_per_commit(pg):
+    """
+    Under a steady stream of commits the leader steps about once per refresh
+    interval, and a notification that cannot bring the next step forward does not
+    wake it: the watermarker's cost stays per interval, not per commit.
+    """
+    interval = 0.2
+    wm = Watermarker(refresh_interval=interval)
+    waits, steps = [], []
+    real_wait, real_step = wm._wait, wm.step
+
+    def counting_wait(timeout):
+        waits.append(timeout)
+        return real_wait(timeout)
+
+    def counting_step():
+        steps.append(time.monotonic())
+        return real_step()
+
+    wm._wait, wm.step = counting_wait, counting_step
+    wm.start()
+    writer = raw()
+    commits, started = 0, time.monotonic()
+    while time.monotonic() - started < 2.0:
+        write_user(writer)
+        commits += 1
+    elapsed = time.monotonic() - started
+    target = max_seq()
+    wait_for(lambda: safe_seq() >= target, 3, "safe_seq past the last write", interval=0.01)
+    wm.close()
+    writer.close()
+    bound = 2 * elapsed / interval + 10
+    assert commits > 3 * bound  # the stream really was denser than the bound
+    assert len(steps) <= elapsed / interval + 5
+    assert len(waits) <= bound, (len(waits), commits)
