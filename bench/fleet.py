@@ -75,6 +75,17 @@ def ms(value):
     return "-" if value is None else f"{value * 1000:,.1f}"
 
 
+def us(value):
+    return "-" if value is None else f"{value * 1e6:,.0f}"
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds a process has used so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # --- the database ----------------------------------------------------------------------
 
 
@@ -276,6 +287,10 @@ class Fleet:
         time.sleep(1.0)  # subscribe traffic settles; the lease is won
         return self
 
+    def cpu_seconds(self):
+        """CPU seconds used so far by each serving process (the writer's cost to them)."""
+        return [cpu_seconds(server.proc.pid) for server in self.servers]
+
     def __exit__(self, *exc):
         for c in self.clients:
             c.stop()
@@ -359,9 +374,14 @@ def workload_tx(args, dbs, tmpdir):
         random.Random(rep).shuffle(order)
         for variant, n in order:
             db = dbs[variant]
-            with Fleet(n, db, args.roots[variant], tmpdir, args.subscribers):
+            with Fleet(n, db, args.roots[variant], tmpdir, args.subscribers) as fleet:
+                cpu0 = fleet.cpu_seconds()
                 samples, _, sampler = run_writer(child_env(db.url), args.seconds, db=db)
+                cpu1 = fleet.cpu_seconds()
             rate = len(samples) / args.seconds
+            # each serving process's CPU per commit: the fan-out and upkeep a commit costs
+            per_server = [(b - a) / max(1, len(samples)) for a, b in zip(cpu0, cpu1)]
+            cpu_per_commit = statistics.median(per_server) if per_server else None
             lat = [d for _t, d in samples]
             waits = sampler.shares()
             rows.append(
@@ -373,10 +393,12 @@ def workload_tx(args, dbs, tmpdir):
                     "p99_s": pct(lat, 0.99),
                     "writer_waits": waits,
                     "machine_busy": sampler.machine_busy,
+                    "server_cpu_per_commit_s": cpu_per_commit,
                 }
             )
             print(
                 f"tx {variant:<7} servers={n}: {rate:,.0f} tx/s, p99 {ms(pct(lat, 0.99))} ms; "
+                f"CPU per commit per server {us(cpu_per_commit)} us; "
                 f"writer backend waiting on a lock {waits.get('Lock', 0):.0%} of samples; "
                 f"cores busy {sampler.machine_busy:.0%}",
                 flush=True,
@@ -391,7 +413,9 @@ def workload_tx(args, dbs, tmpdir):
             runs = [r for r in rows if r["variant"] == variant and r["n"] == n]
             lock = statistics.median(r["writer_waits"].get("Lock", 0) for r in runs)
             busy = statistics.median(r["machine_busy"] for r in runs)
+            cpu = [r["server_cpu_per_commit_s"] for r in runs if r["server_cpu_per_commit_s"]]
             summary[f"{variant}_{n}"] = {
+                "server_cpu_per_commit_s": statistics.median(cpu) if cpu else None,
                 "tx_s": med,
                 "ratio_to_0": med / base if base else None,
                 "writer_lock_share": lock,
@@ -688,7 +712,8 @@ def report(results):
                 f"  tx/s, {variant:<7} {n} servers: {value['tx_s']:,.0f}"
                 f" ({'-' if ratio is None else f'{ratio:.2f}'}x the writer alone); writer "
                 f"waiting on a lock {value['writer_lock_share']:.0%}, cores busy "
-                f"{value['machine_busy']:.0%}"
+                f"{value['machine_busy']:.0%}, CPU per commit per server "
+                f"{us(value['server_cpu_per_commit_s'])} us"
             )
         r4 = tx["summary"].get("rindle_4", {}).get("ratio_to_0")
         if r4 is not None:
