@@ -291,6 +291,10 @@ class Fleet:
         """CPU seconds used so far by each serving process (the writer's cost to them)."""
         return [cpu_seconds(server.proc.pid) for server in self.servers]
 
+    def client_cpu_seconds(self):
+        """CPU seconds used so far by the bench's own subscriber processes, together."""
+        return sum(cpu_seconds(clients.pid) for clients in self.clients)
+
     def __exit__(self, *exc):
         for c in self.clients:
             c.stop()
@@ -375,13 +379,15 @@ def workload_tx(args, dbs, tmpdir):
         for variant, n in order:
             db = dbs[variant]
             with Fleet(n, db, args.roots[variant], tmpdir, args.subscribers) as fleet:
-                cpu0 = fleet.cpu_seconds()
+                cpu0, clients0 = fleet.cpu_seconds(), fleet.client_cpu_seconds()
                 samples, _, sampler = run_writer(child_env(db.url), args.seconds, db=db)
-                cpu1 = fleet.cpu_seconds()
+                cpu1, clients1 = fleet.cpu_seconds(), fleet.client_cpu_seconds()
             rate = len(samples) / args.seconds
             # each serving process's CPU per commit: the fan-out and upkeep a commit costs
             per_server = [(b - a) / max(1, len(samples)) for a, b in zip(cpu0, cpu1)]
             cpu_per_commit = statistics.median(per_server) if per_server else None
+            # the subscribers run on the same 2 cores: what they take is not the servers'
+            clients_cpu = (clients1 - clients0) / max(1, len(samples)) if n else None
             lat = [d for _t, d in samples]
             waits = sampler.shares()
             rows.append(
@@ -394,11 +400,13 @@ def workload_tx(args, dbs, tmpdir):
                     "writer_waits": waits,
                     "machine_busy": sampler.machine_busy,
                     "server_cpu_per_commit_s": cpu_per_commit,
+                    "subscribers_cpu_per_commit_s": clients_cpu,
                 }
             )
             print(
                 f"tx {variant:<7} servers={n}: {rate:,.0f} tx/s, p99 {ms(pct(lat, 0.99))} ms; "
-                f"CPU per commit per server {us(cpu_per_commit)} us; "
+                f"CPU per commit per server {us(cpu_per_commit)} us, all subscriber "
+                f"processes {us(clients_cpu)} us; "
                 f"writer backend waiting on a lock {waits.get('Lock', 0):.0%} of samples; "
                 f"cores busy {sampler.machine_busy:.0%}",
                 flush=True,
@@ -414,8 +422,11 @@ def workload_tx(args, dbs, tmpdir):
             lock = statistics.median(r["writer_waits"].get("Lock", 0) for r in runs)
             busy = statistics.median(r["machine_busy"] for r in runs)
             cpu = [r["server_cpu_per_commit_s"] for r in runs if r["server_cpu_per_commit_s"]]
+            sub = [r["subscribers_cpu_per_commit_s"] for r in runs]
+            sub = [x for x in sub if x]
             summary[f"{variant}_{n}"] = {
                 "server_cpu_per_commit_s": statistics.median(cpu) if cpu else None,
+                "subscribers_cpu_per_commit_s": statistics.median(sub) if sub else None,
                 "tx_s": med,
                 "ratio_to_0": med / base if base else None,
                 "writer_lock_share": lock,
@@ -713,7 +724,8 @@ def report(results):
                 f" ({'-' if ratio is None else f'{ratio:.2f}'}x the writer alone); writer "
                 f"waiting on a lock {value['writer_lock_share']:.0%}, cores busy "
                 f"{value['machine_busy']:.0%}, CPU per commit per server "
-                f"{us(value['server_cpu_per_commit_s'])} us"
+                f"{us(value['server_cpu_per_commit_s'])} us, subscribers "
+                f"{us(value['subscribers_cpu_per_commit_s'])} us"
             )
         r4 = tx["summary"].get("rindle_4", {}).get("ratio_to_0")
         if r4 is not None:
