@@ -172,7 +172,11 @@ DIGEST_CONFLICT = _http("digest_conflict", 409, "A replayed seq carried another 
 PRODUCER_NOT_OWNED = _http("producer_not_owned", 403, "The producer belongs to another principal.")
 INVALID_PRODUCER = _http("invalid_producer", 400, "The producer id is unusable.")
 INVALID_SEQ = _http("invalid_seq", 400, "seq is not a positive integer.")
-FENCED = _http("fenced", 409, "The batch's run id is not the stored one.")
+FENCED = _http("fenced", 409, "The batch's run id or room epoch is not the stored one.")
+CONFLICT = _http("conflict", 409, "A room flush's CAS precondition missed; nothing was applied.")
+INVALID_DOC = _http("invalid_doc", 400, "The room doc is not a non-empty string.")
+INVALID_EPOCH = _http("invalid_epoch", 400, "The room epoch is not a positive integer.")
+INVALID_CLIENTS = _http("invalid_clients", 400, "clients is not a list of client ids.")
 HASH_MISMATCH = _http("hash_mismatch", 409, "A stored position was replayed with other content.")
 INVALID_CHUNK_SEQ = _http("invalid_chunk_seq", 400, "chunk_seq is not >= -1.")
 INVALID_HEAD = _http("invalid_head", 400, "head is not a small object.")
@@ -424,6 +428,18 @@ class SourceFenced(RindleError):
     """The batch's run id is not the stored one; nothing was written."""
 
     code = FENCED
+
+
+class RoomFenced(RindleError):
+    """A room flush carried an epoch that is not the doc's current one; nothing was written."""
+
+    code = FENCED
+
+
+class RoomConflict(RindleError):
+    """A room flush's CAS precondition missed; the batch rolled back (``conflicts``)."""
+
+    code = CONFLICT
 
 
 class SourceHashMismatch(RindleError):

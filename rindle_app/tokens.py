@@ -31,13 +31,15 @@ SCOPES = (
     "sql",
     "migrate",
     "stream",
+    "rooms",
     "admin",
 )
 # read: named queries and leases; mutate: client mutations; schema: GET /schema;
 # produce: foreign producer writes; ingest: change-source batches; sql: public SQL
 # (writes limited to the token's ``tables``); migrate: the migrations journal;
-# stream: GET /v1/stream, the public change stream (every table's changes); admin:
-# every scope.
+# stream: GET /v1/stream, the public change stream (every table's changes); rooms:
+# the room write authority (/claim-room-epoch, /room-lmids, and room flushes: a
+# /apply-row-change-txn carrying a doc); admin: every scope.
 PREFIX_BYTES = 6  # 12 hex characters: looked up, never secret
 SECRET_BYTES = 32  # 256 random bits
 # last_used_at is advisory: write it at most this often, not on every request.

@@ -27,6 +27,8 @@ urlpatterns = [
     path("v1/producers/write", ingest.ProducerWriteView.as_view(), name="rindle-producer-write"),
     path("v1/producers/<str:producer>", ingest.ProducerSeqView.as_view(), name="rindle-producer"),
     path("apply-row-change-txn", ingest.ApplyRowChangeTxnView.as_view(), name="rindle-apply-txn"),
+    path("claim-room-epoch", ingest.ClaimRoomEpochView.as_view(), name="rindle-claim-room-epoch"),
+    path("room-lmids", ingest.RoomLmidsView.as_view(), name="rindle-room-lmids"),
     *_under(
         "v1/sources/<str:source>/",
         ("batches", ingest.SourceBatchView, "rindle-source"),

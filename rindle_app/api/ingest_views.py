@@ -12,20 +12,20 @@ import logging
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from ..engine import get_engine
 from ..engine.errors import InvalidInput
 from ..engine.sources import SourceHashMismatch
-from ..exceptions import INVALID_REQUEST, UNSUPPORTED, NotFound
+from ..exceptions import INSUFFICIENT_SCOPE, INVALID_REQUEST, NotFound, RoomConflict, RoomFenced
 from .permissions import TokenWithScope
-from .serializers import ErrorResponse, StrictCharField, StrictIntegerField
+from .serializers import ErrorResponse, StrictBooleanField, StrictCharField, StrictIntegerField
 from .views import RindleView
 
 logger = logging.getLogger("rindle.api")
 
 MAX_SEQ = 2**63 - 1
-ROOM_FIELDS = ("doc", "epoch", "cas")
 
 
 def _errors(*statuses):
@@ -77,6 +77,56 @@ class SourceBatchRequest(SourceBatchBody):
     source = StrictCharField(max_length=255, trim_whitespace=False)
 
 
+class RowChangeTxnRequest(SourceBatchRequest):
+    """The original's batch: a change-source batch, or with ``doc`` a room flush."""
+
+    doc = StrictCharField(
+        max_length=255,
+        trim_whitespace=False,
+        required=False,
+        default=None,
+        help_text="The room this flush belongs to (token scope `rooms`).",
+    )
+    epoch = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_SEQ,
+        required=False,
+        default=None,
+        help_text="The placement epoch the flushing host claimed: a stale one is 409 fenced.",
+    )
+    cas = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Check every change's old image (an add: the key's absence) first.",
+    )
+
+
+class RoomDocRequest(serializers.Serializer):
+    doc = StrictCharField(max_length=255, trim_whitespace=False)
+
+
+class RoomEpochResponse(serializers.Serializer):
+    epoch = serializers.IntegerField()
+
+
+class RoomLmidsRequest(serializers.Serializer):
+    doc = StrictCharField(max_length=255, trim_whitespace=False)
+    clients = serializers.ListField(child=StrictCharField(max_length=255, trim_whitespace=False))
+
+
+class RoomLmidsResponse(serializers.Serializer):
+    lmids = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Clients without a room lmid are absent (0)."
+    )
+
+
+class RoomVerdictResponse(serializers.Serializer):
+    error = serializers.ChoiceField(choices=["fenced", "conflict"])
+    message = serializers.CharField()
+    epoch = serializers.IntegerField(required=False, allow_null=True)
+    conflicts = serializers.ListField(child=serializers.DictField(), required=False)
+
+
 class CheckpointSerializer(serializers.Serializer):
     offset = serializers.CharField()
     chunkSeq = serializers.IntegerField()
@@ -114,8 +164,7 @@ class StrictBodyView(MachineView):
             raise InvalidInput("the body must be a JSON object", code=INVALID_REQUEST)
         unknown = sorted(set(data) - set(serializer_class().fields) - set(self.body_fields))
         if unknown:
-            code = UNSUPPORTED if set(unknown) & set(ROOM_FIELDS) else INVALID_REQUEST
-            raise InvalidInput(f"unknown field(s) {unknown}", code=code)
+            raise InvalidInput(f"unknown field(s) {unknown}", code=INVALID_REQUEST)
         return super().validated(serializer_class)
 
 
@@ -198,15 +247,121 @@ def _batch_schema(operation_id, request):
     )
 
 
+_ROOM_DOC = (
+    "With `doc` (and its `epoch`) the batch is a room flush and the token needs scope "
+    '`rooms`: an epoch that is not the doc\'s current one is 409 `{error: "fenced", epoch}`; '
+    "with `cas: true` a change whose old image (an add: the key's absence) is not the current "
+    'row rolls the whole batch back, 409 `{error: "conflict", conflicts}` with each current '
+    "image. Changes to `_rindle_client_mutations` go to the room ledger under `doc`, never "
+    "to the slow-path ledger; `_rindle_room_mutation_outcomes` rows record mutations that "
+    "were not applied. Those two verdicts answer the daemon's own body shape, which room "
+    "hosts decode."
+)
+
+
+def room_verdict(exc):
+    """The daemon's body of a room verdict: ``{error: "fenced"|"conflict", ...}``."""
+    details = {k: v for k, v in exc.details.items() if k != "code"}
+    return Response({"error": exc.code, "message": exc.message, **details}, status=exc.status)
+
+
+class RoomView(StrictBodyView):
+    """The room write authority: token scope ``rooms``."""
+
+    required_scope = "rooms"
+
+
 class ApplyRowChangeTxnView(StrictBodyView):
-    """``POST /apply-row-change-txn``: one change-source batch (the original's route)."""
+    """
+    ``POST /apply-row-change-txn``: one change-source batch, or a room flush when it
+    carries a ``doc`` (the original's route; the daemon client's ``applyRowChangeTxn``).
+    """
 
-    required_scope = "ingest"
+    # Checked in ``post``, once the body says which plane this is: a change-source batch
+    # takes ``ingest``, a room flush ``rooms``.
+    required_scope = None
 
-    @_batch_schema("rindle_apply_row_change_txn", SourceBatchRequest)
+    @extend_schema(
+        operation_id="rindle_apply_row_change_txn",
+        summary="Apply a change-source batch or a room flush with its cursor",
+        description=f"{_BATCH_DOC} {_ROOM_DOC}",
+        request=RowChangeTxnRequest,
+        responses={
+            200: SourceBatchResponse,
+            409: OpenApiResponse(RoomVerdictResponse),
+            **_errors(400, 401, 403, 503),
+        },
+    )
     def post(self, request):
-        data = self.validated(SourceBatchRequest)
-        return _batch(data, data["source"])
+        data = self.validated(RowChangeTxnRequest)
+        room = data["doc"] is not None or data["epoch"] is not None or data["cas"]
+        scope = "rooms" if room else "ingest"
+        if not request.auth.has_scope(scope):
+            what = "a room flush (doc, epoch or cas)" if room else "a change-source batch"
+            raise PermissionDenied(
+                f"{what} takes a token with scope {scope!r}", code=INSUFFICIENT_SCOPE
+            )
+        if not room:
+            return _batch(data, data["source"])
+        if data["chunk_seq"] != -1 or data["run_id"] is not None or data["head"] is not None:
+            raise InvalidInput(
+                "a room flush is a whole batch: no chunk_seq, run_id or head",
+                code=INVALID_REQUEST,
+            )
+        try:
+            result = get_engine().commit_room_flush(
+                data["changes"],
+                data["source"],
+                data["offset"],
+                doc=data["doc"],
+                epoch=data["epoch"],
+                batch_hash=data["batchHash"],
+                cas=data["cas"],
+            )
+        except (RoomFenced, RoomConflict) as exc:
+            return room_verdict(exc)
+        except SourceHashMismatch as exc:
+            logger.error("rindle rooms: %s", exc.message)
+            raise
+        return Response(
+            {"applied": result.applied, "cv": result.cv, "checkpoint": result.checkpoint.as_dict()}
+        )
+
+
+class ClaimRoomEpochView(RoomView):
+    """``POST /claim-room-epoch {doc}`` → ``{epoch}``: the next placement epoch."""
+
+    @extend_schema(
+        operation_id="rindle_claim_room_epoch",
+        summary="Claim a room's next placement epoch",
+        description=(
+            "One write transaction, one monotone bump (1 for a first claim): every flush "
+            "carrying an earlier epoch is fenced from now on."
+        ),
+        request=RoomDocRequest,
+        responses={200: RoomEpochResponse, **_errors(400, 401, 403, 503)},
+    )
+    def post(self, request):
+        data = self.validated(RoomDocRequest)
+        return Response({"epoch": get_engine().claim_room_epoch(data["doc"])})
+
+
+class RoomLmidsView(RoomView):
+    """``POST /room-lmids {doc, clients}`` → ``{lmids}``: the room's boot probe."""
+
+    @extend_schema(
+        operation_id="rindle_room_lmids",
+        summary="The room ledger's lmid per client",
+        description=(
+            "Reads `_rindle_room_client_mutations` under `doc` (never the slow-path ledger), "
+            "so a rebooted room absorbs mutations that are already durable."
+        ),
+        request=RoomLmidsRequest,
+        responses={200: RoomLmidsResponse, **_errors(400, 401, 403)},
+    )
+    def post(self, request):
+        data = self.validated(RoomLmidsRequest)
+        return Response({"lmids": get_engine().room_lmids(data["doc"], data["clients"])})
 
 
 class SourceBatchView(StrictBodyView):

@@ -27,6 +27,15 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A BooleanField that takes JSON true and false only (no "yes", 1 or "true")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 class AnyJSONField(serializers.JSONField):
     """Any JSON value, null included."""
 

@@ -258,6 +258,30 @@ class Engine:
 
         return refresh_run_id(self, source, offset, previous_run_id, next_run_id)
 
+    def claim_room_epoch(self, doc):
+        """Bump ``doc``'s placement epoch once and return it; see ``engine.rooms``."""
+        from .rooms import claim_room_epoch
+
+        return claim_room_epoch(self, doc)
+
+    def room_epoch(self, doc):
+        """``doc``'s committed placement epoch (None: never claimed)."""
+        from .rooms import room_epoch
+
+        return room_epoch(self.using, doc)
+
+    def room_lmids(self, doc, clients):
+        """The room ledger's lmid per client under ``doc`` (absent: 0)."""
+        from .rooms import room_lmids
+
+        return room_lmids(self.using, doc, clients)
+
+    def commit_room_flush(self, changes, source, offset, **room):
+        """Apply a room flush (fence, identity, CAS, ledger) in one transaction."""
+        from .rooms import commit_room_flush
+
+        return commit_room_flush(self, changes, source, offset, **room)
+
     def source_checkpoint(self, source):
         """The stored checkpoint of ``source`` (None if it never applied)."""
         from .sources import source_checkpoint

@@ -153,8 +153,6 @@ def test_the_run_fence_over_http(ingest):
     "body, code",
     [
         ({"offset": "1", "changes": [add(1)]}, "invalid_request"),  # no source
-        ({"source": "s", "offset": "1", "changes": [add(1)], "doc": "d"}, "unsupported"),
-        ({"source": "s", "offset": "1", "changes": [add(1)], "cas": True}, "unsupported"),
         ({"source": "s", "offset": "1", "chunk_seq": -2, "changes": []}, "invalid_request"),
         ({"source": "s", "offset": 1, "changes": []}, "invalid_request"),
         ({"source": "s", "offset": "1", "changes": [add(1), add(1)]}, "row_conflict"),

@@ -1,0 +1,399 @@
+"""
+Rooms' write authority (seed 001): placement epochs, the room ledger, and room
+flushes with their fence, batch identity and compare-and-swap preconditions.
+
+- ``claim_room_epoch(doc)`` bumps ``_rindle_room_placement`` once, in one write
+  transaction: the new epoch fences every flush that carries an older one.
+  ``room_epoch(doc)`` is None for a doc never claimed, so any fence-bearing flush
+  for it is stale.
+- ``room_lmids(doc, clients)`` reads the room ledger ``_rindle_room_client_mutations``
+  keyed ``(doc, client_id)``: what lets a rebooted room absorb mutations that are
+  already durable instead of applying them twice. It never reads the slow-path
+  ``_rindle_client_mutations``, so a client's room stream and its daemon stream
+  never alias.
+- ``commit_room_flush`` applies one batch of a room (or of a plain change source when
+  ``doc`` is None). In ONE transaction: the fence (the batch's ``epoch`` must be the
+  doc's current one, else ``fenced``), the ``(source, offset)`` identity (a replay is
+  ``applied: False``; the stored offset with another batch hash is ``hash_mismatch``),
+  the optional CAS pass, the effects, the room ledger, the outcomes, the downgrade
+  watermark and the cursor.
+
+For a room flush (``doc`` given) two kinds of change are split off before the CAS
+pass and the effects, whatever their order in the batch:
+
+- changes to ``_rindle_client_mutations`` (``{client_id, last_mutation_id}``) are the
+  room's ledger co-edits: they are upserted into the ROOM ledger under ``doc``,
+  monotonically (an lmid never goes down), and the slow-path row is never touched.
+  Rewriting them into the slow-path table was the original's data-loss bug;
+- changes to ``_rindle_room_mutation_outcomes`` (``{client_id, mid, kind, reason,
+  name, args}``, the doc implied) record mutations that were NOT applied. With the
+  realtime lifecycle on (``REALTIME_LIFECYCLE``) each is upserted by ``(doc,
+  client_id, mid)`` in the same transaction as the lmid rows covering it, so an
+  absent outcome under a covering lmid means "applied"; the rows of each client this
+  flush advanced are pruned by lmid distance (``ROOM_OUTCOME_RETENTION_LMIDS``).
+  With the lifecycle off they are accepted and discarded: there is no downgrade path
+  that would read them.
+
+With the lifecycle on, a room flush also co-commits ``_rindle_room_watermark(doc,
+flush_seq = offset)``, monotonically: the downgrade fence a client waits for before
+it drops a room's ghost.
+
+CAS (``cas=True``) checks every change against the row as the batch has left it so
+far: an ``edit`` or ``remove`` needs a current row whose columns named in ``old``
+equal it, an ``add`` needs no row under its key. Equality is the identity comparator
+(``ivm.compare.sort_key``): null equals null, and 1 equals 1.0 (one number domain),
+unlike SQL's ``=``. Any miss rolls the whole batch back and raises ``RoomConflict``
+with the authoritative current image of every change that missed.
+"""
+
+import json
+
+from django.db import connections
+
+from ..conf import rindle_settings
+from ..exceptions import (
+    INVALID_CHANGE,
+    INVALID_CLIENTS,
+    INVALID_DOC,
+    INVALID_EPOCH,
+    RoomConflict,
+    RoomFenced,
+)
+from ..ivm.compare import sort_key
+from .changes import apply_changes, parse_changes
+from .errors import InvalidInput
+from .identifiers import quote
+from .sources import (
+    REPLICATED,
+    WHOLE_RUN,
+    SourceResult,
+    _admit,
+    _advance,
+    _store,
+    position,
+    validate_position,
+)
+
+ROOM_PLACEMENT = "_rindle_room_placement"
+ROOM_LEDGER = "_rindle_room_client_mutations"
+ROOM_WATERMARK = "_rindle_room_watermark"
+ROOM_OUTCOMES = "_rindle_room_mutation_outcomes"
+CLIENT_LEDGER = "_rindle_client_mutations"
+LEDGER_FIELDS = frozenset({"client_id", "last_mutation_id"})
+OUTCOME_FIELDS = frozenset({"client_id", "mid", "kind", "reason", "name", "args"})
+MAX_TEXT = 255
+MAX_CLIENTS = 1000
+MAX_ID = 2**63 - 1
+
+
+def _doc(doc):
+    if not isinstance(doc, str) or not doc or len(doc) > MAX_TEXT:
+        raise InvalidInput(
+            f"doc must be a non-empty string of at most {MAX_TEXT} characters", code=INVALID_DOC
+        )
+    return doc
+
+
+def _epoch(epoch):
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= MAX_ID:
+        raise InvalidInput("epoch must be a positive integer", code=INVALID_EPOCH)
+    return epoch
+
+
+def _count(value, name, i):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise InvalidInput(
+            f"changes[{i}].row.{name} must be a non-negative integer", code=INVALID_CHANGE
+        )
+    return value
+
+
+def _client(value, i):
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        raise InvalidInput(
+            f"changes[{i}].row.client_id must be a non-empty string", code=INVALID_CHANGE
+        )
+    return value
+
+
+# --- placement --------------------------------------------------------------------------
+
+
+def claim_room_epoch(engine, doc):
+    """Bump ``doc``'s placement epoch once (1 for a first claim) and return it."""
+    _doc(doc)
+    sql = (
+        f"INSERT INTO {ROOM_PLACEMENT} (doc, epoch) VALUES (%s, 1) ON CONFLICT (doc) "
+        f"DO UPDATE SET epoch = {ROOM_PLACEMENT}.epoch + 1 RETURNING epoch"
+    )
+    return engine.write(lambda tx: tx.scalar(sql, [doc])).value
+
+
+def room_epoch(using, doc):
+    """``doc``'s committed placement epoch; None when it was never claimed."""
+    _doc(doc)
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT epoch FROM {ROOM_PLACEMENT} WHERE doc = %s", [doc])
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def room_lmids(using, doc, clients):
+    """
+    The room ledger's ``{client_id: last_mutation_id}`` under ``doc`` for the clients
+    asked about that have one (absent means 0 to the caller).
+    """
+    _doc(doc)
+    if (
+        not isinstance(clients, list)
+        or len(clients) > MAX_CLIENTS
+        or not all(isinstance(c, str) and c and len(c) <= MAX_TEXT for c in clients)
+    ):
+        raise InvalidInput(
+            f"clients must be a list of at most {MAX_CLIENTS} non-empty client ids",
+            code=INVALID_CLIENTS,
+        )
+    if not clients:
+        return {}
+    marks = ", ".join(["%s"] * len(clients))
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            f"SELECT client_id, last_mutation_id FROM {ROOM_LEDGER} "
+            f"WHERE doc = %s AND client_id IN ({marks})",
+            [doc, *clients],
+        )
+        return {client: lmid for client, lmid in cursor.fetchall()}
+
+
+# --- the flush --------------------------------------------------------------------------
+
+
+def _split(changes):
+    """A room batch's (effects, ledger co-edits, outcome rows), each validated."""
+    if not isinstance(changes, list):
+        return changes, [], []  # parse_changes refuses it with its code
+    effects, ledger, outcomes = [], {}, []
+    for i, change in enumerate(changes):
+        table = change.get("table") if isinstance(change, dict) else None
+        if table not in (CLIENT_LEDGER, ROOM_OUTCOMES):
+            effects.append(change)
+            continue
+        if change.get("op") not in ("add", "edit") or set(change) - {"table", "op", "row", "old"}:
+            raise InvalidInput(
+                f"changes[{i}]: a {table} co-edit is an add or edit of a row",
+                code=INVALID_CHANGE,
+            )
+        row = change.get("row")
+        fields = LEDGER_FIELDS if table == CLIENT_LEDGER else OUTCOME_FIELDS
+        if not isinstance(row, dict) or not row.keys() <= fields:
+            raise InvalidInput(
+                f"changes[{i}].row must be an object of {sorted(fields)}", code=INVALID_CHANGE
+            )
+        client = _client(row.get("client_id"), i)
+        if table == CLIENT_LEDGER:
+            lmid = _count(row.get("last_mutation_id"), "last_mutation_id", i)
+            ledger[client] = max(lmid, ledger.get(client, 0))
+        else:
+            mid = _count(row.get("mid"), "mid", i)
+            kind = row.get("kind")
+            if not isinstance(kind, str) or not kind or len(kind) > MAX_TEXT:
+                raise InvalidInput(f"changes[{i}].row.kind must be a string", code=INVALID_CHANGE)
+            for name in ("reason", "name"):
+                if row.get(name) is not None and not isinstance(row[name], str):
+                    raise InvalidInput(
+                        f"changes[{i}].row.{name} must be a string or null", code=INVALID_CHANGE
+                    )
+            outcomes.append(
+                (client, mid, kind, row.get("reason"), row.get("name"), row.get("args"))
+            )
+    return effects, ledger, outcomes
+
+
+def commit_room_flush(
+    engine, changes, source, offset, *, doc=None, epoch=None, batch_hash=None, cas=False
+):
+    """
+    Apply one room flush (or, with ``doc`` None, one change-source batch) exactly
+    once; see the module. Returns a ``SourceResult``; raises ``RoomFenced``,
+    ``RoomConflict``, ``SourceHashMismatch`` or ``InvalidInput`` with nothing written.
+    """
+    validate_position(source, offset, WHOLE_RUN, None, batch_hash, None)
+    if not isinstance(cas, bool):
+        raise InvalidInput("cas must be a boolean", code=INVALID_CHANGE)
+    if doc is None:
+        if epoch is not None:
+            raise InvalidInput("epoch fences a room: it needs doc", code=INVALID_EPOCH)
+        effects, ledger, outcomes = changes, {}, []
+    else:
+        _doc(doc)
+        _epoch(epoch)
+        effects, ledger, outcomes = _split(changes)
+    parsed = parse_changes(
+        engine.tables,
+        effects,
+        limit=int(rindle_settings.MAX_BATCH_CHANGES),
+        extra_tables=REPLICATED if doc is None else (),
+    )
+    lifecycle = bool(rindle_settings.REALTIME_LIFECYCLE)
+
+    def write(tx):
+        if doc is not None:
+            _fence(tx, doc, epoch)
+        stored, skip = _admit(tx, source, offset, WHOLE_RUN, None, batch_hash)
+        if skip:
+            return False, stored, 0
+        if cas:
+            conflicts = _cas(tx, parsed)
+            if conflicts:
+                raise RoomConflict(
+                    f"{len(conflicts)} change(s) of the batch met another row than they "
+                    "expected; nothing was applied",
+                    conflicts=conflicts,
+                )
+        rows = apply_changes(tx, parsed)
+        if doc is not None:
+            advanced = _upsert_ledger(tx, doc, ledger)
+            if lifecycle:
+                _upsert_outcomes(tx, doc, outcomes, advanced)
+                _advance_watermark(tx, doc, offset)
+        cp = _advance(stored, offset, WHOLE_RUN, None, batch_hash, None, rows)
+        _store(tx, source, cp)
+        return True, cp, rows
+
+    commit = engine.write(write)
+    applied, cp, rows = commit.value
+    return SourceResult(applied, commit.cv, cp, rows)
+
+
+def _fence(tx, doc, epoch):
+    # FOR SHARE: a claim in another process waits for this flush to commit, so a flush
+    # that passed the fence is never overtaken by a claim it did not see.
+    lock = " FOR SHARE" if tx.vendor == "postgresql" else ""
+    current = tx.scalar(f"SELECT epoch FROM {ROOM_PLACEMENT} WHERE doc = %s{lock}", [doc])
+    if current != epoch:
+        raise RoomFenced(
+            f"room {doc!r} is at epoch {current}; this flush carries epoch {epoch}",
+            epoch=current,
+        )
+
+
+def _upsert_ledger(tx, doc, ledger):
+    """Raise each client's room lmid to the batch's (never lower it); those raised."""
+    advanced = {}
+    for client, lmid in ledger.items():
+        before = tx.scalar(
+            f"SELECT last_mutation_id FROM {ROOM_LEDGER} WHERE doc = %s AND client_id = %s",
+            [doc, client],
+        )
+        if before is not None and before >= lmid:
+            continue
+        tx.run(
+            f"INSERT INTO {ROOM_LEDGER} (doc, client_id, last_mutation_id) VALUES (%s, %s, %s) "
+            "ON CONFLICT (doc, client_id) DO UPDATE SET last_mutation_id = "
+            "excluded.last_mutation_id",
+            [doc, client, lmid],
+        )
+        advanced[client] = lmid
+    return advanced
+
+
+def _upsert_outcomes(tx, doc, outcomes, advanced):
+    for client, mid, kind, reason, name, args in outcomes:
+        tx.run(
+            f"INSERT INTO {ROOM_OUTCOMES} (doc, client_id, mid, kind, reason, name, args) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (doc, client_id, mid) DO UPDATE "
+            "SET kind = excluded.kind, reason = excluded.reason, name = excluded.name, "
+            "args = excluded.args",
+            [doc, client, mid, kind, reason, name, _json(tx, args)],
+        )
+    keep = int(rindle_settings.ROOM_OUTCOME_RETENTION_LMIDS)
+    for client, lmid in advanced.items():
+        tx.run(
+            f"DELETE FROM {ROOM_OUTCOMES} WHERE doc = %s AND client_id = %s AND mid <= %s",
+            [doc, client, lmid - keep],
+        )
+
+
+def _json(tx, value):
+    if value is None:
+        return None
+    if tx.vendor == "postgresql":
+        from psycopg.types.json import Jsonb
+
+        return Jsonb(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _advance_watermark(tx, doc, offset):
+    before = tx.scalar(f"SELECT flush_seq FROM {ROOM_WATERMARK} WHERE doc = %s", [doc])
+    if before is not None and position(offset, WHOLE_RUN) <= position(before, WHOLE_RUN):
+        return
+    tx.run(
+        f"INSERT INTO {ROOM_WATERMARK} (doc, flush_seq) VALUES (%s, %s) "
+        "ON CONFLICT (doc) DO UPDATE SET flush_seq = excluded.flush_seq",
+        [doc, offset],
+    )
+
+
+# --- CAS ------------------------------------------------------------------------------
+
+
+def _cas(tx, changes):
+    """The conflicts of ``changes`` checked in order against the rows they meet."""
+    overlay = {}  # (table, key) -> the row as the batch has left it (None: absent)
+    conflicts = []
+    for i, change in enumerate(changes):
+        table = tx.tables.get(change.table)
+        image = change.row if change.op == "add" else change.old
+        key = tuple(sort_key(image[k]) for k in table.primary_key)
+        slot = (change.table, key)
+        current = overlay[slot] if slot in overlay else _current(tx, table, image)
+        if change.op == "add":
+            hit = current is None
+        else:
+            hit = current is not None and all(
+                col in current and sort_key(value) == sort_key(current[col])
+                for col, value in change.old.items()
+            )
+        if not hit:
+            conflicts.append(
+                {
+                    "index": i,
+                    "table": change.table,
+                    "op": change.op,
+                    "key": {k: image[k] for k in table.primary_key},
+                    "current": current,
+                }
+            )
+        # Later changes of the batch meet what this one would leave.
+        if change.op == "remove":
+            overlay[slot] = None
+        elif change.op == "add":
+            overlay[slot] = dict(change.row)
+        elif current is not None:
+            after = {**current, **change.row}
+            new_key = tuple(sort_key(after[k]) for k in table.primary_key)
+            overlay[slot] = None if new_key != key else after
+            if new_key != key:
+                overlay[(change.table, new_key)] = after
+    return conflicts
+
+
+def _current(tx, table, image):
+    lock = " FOR UPDATE" if tx.vendor == "postgresql" else ""
+    where = " AND ".join(f"{quote(k)} = %s" for k in table.primary_key)
+    cols = [c.name for c in table.columns]
+    row = tx.fetchone(
+        f"SELECT {', '.join(quote(c) for c in cols)} FROM {quote(table.name)} WHERE {where}{lock}",
+        [image[k] for k in table.primary_key],
+    )
+    if row is None:
+        return None
+    current = dict(zip(cols, row))
+    for column in table.columns:
+        value = current[column.name]
+        if column.type == "boolean" and value in (0, 1) and not isinstance(value, bool):
+            current[column.name] = bool(value)
+        elif column.type == "json" and isinstance(value, str):
+            current[column.name] = json.loads(value)
+    return current
