@@ -43,6 +43,13 @@ with ``child_env()`` so Django uses the parent test run's database. It prints
     (effects written, cursor not), ``cursor`` (cursor upserted, not committed),
     ``committed`` (committed, nobody told), or ``none``.
 
+``room TABLE WRITES STEP AT`` (tests/engine/test_rooms_crash.py)
+    A room host for three docs: it claims each doc's next epoch, checks that a flush
+    of the epoch before is fenced, reads the room ledger (the boot probe), re-sends
+    the last durable flush (absorbed) and flushes the rest, one mid per batch. STEP
+    is where it SIGKILLs itself on the AT-th flush reaching it: ``admitted``,
+    ``effects``, ``ledger`` (room lmid upserted), ``cursor``, ``committed`` or ``none``.
+
 Every mode starts again from the first write: what already landed must be absorbed.
 """
 
@@ -70,6 +77,7 @@ from rindle_app.engine import (  # noqa: E402
     outcomes,
     producers,
     public_sql,
+    rooms,
     sources,
 )
 
@@ -307,7 +315,88 @@ def run_ingest(mode, table, writes, step, at):
     return 0
 
 
+# --- room: a room host flushing, killed, replaced by a host of the next epoch --------
+
+REJECT_ROOM_EVERY = 5
+
+
+def run_room(table, writes, step, at):
+    """
+    A room host for docs ``D0``..``D2``, one client each (``c<k>``): it claims the
+    next epoch of each doc (what fences the host before it), reads the room ledger
+    (the boot probe) and flushes mid lmid + 1 .. WRITES, one batch per mid at offset
+    mid, after re-sending the last durable one (absorbed). Mid n adds row
+    ``D<k>-<n>`` unless n is a multiple of REJECT_ROOM_EVERY: then it is rejected and
+    the batch carries its outcome row instead. Each batch carries the lmid co-edit.
+    It also sends a flush under the epoch before its own, which must be fenced.
+    """
+    engine = scratch_engine(table)
+    die = KillAt(step, int(at), armed=False)
+    apply, store, ledger = rooms.apply_changes, rooms._store, rooms._upsert_ledger
+
+    def apply_changes(tx, changes):
+        die("admitted")
+        rows = apply(tx, changes)
+        die("effects")
+        return rows
+
+    def upsert_ledger(tx, doc, lmids):
+        advanced = ledger(tx, doc, lmids)
+        die("ledger")
+        return advanced
+
+    def _store(tx, *args):
+        store(tx, *args)
+        die("cursor")
+
+    rooms.apply_changes, rooms._store, rooms._upsert_ledger = apply_changes, _store, upsert_ledger
+    engine.add_commit_listener(lambda cv: die("committed"))
+    docs = [f"D{k}" for k in range(NAMES)]
+    epochs = {doc: engine.claim_room_epoch(doc) for doc in docs}
+    for doc in docs:
+        if epochs[doc] > 1:
+            try:
+                engine.commit_room_flush([], f"room:{doc}", "0", doc=doc, epoch=epochs[doc] - 1)
+                say(f"ANOMALY {doc}: a flush of epoch {epochs[doc] - 1} was not fenced")
+            except rooms.RoomFenced:
+                pass
+    start = {}
+    for k, doc in enumerate(docs):
+        lmid = engine.room_lmids(doc, [f"c{k}"]).get(f"c{k}", 0)
+        start[doc] = lmid + 1
+        if lmid:  # the last durable flush again: absorbed by its (source, offset)
+            again = engine.commit_room_flush(
+                batch(table, doc, k, lmid), f"room:{doc}", str(lmid), doc=doc, epoch=epochs[doc]
+            )
+            if again.applied:
+                say(f"ANOMALY {doc}: the replay of {lmid} applied again")
+    die.armed = True
+    say("STARTED")
+    for n in range(1, int(writes) + 1):
+        for k, doc in enumerate(docs):
+            if n < start[doc]:
+                continue
+            changes = batch(table, doc, k, n)
+            engine.commit_room_flush(changes, f"room:{doc}", str(n), doc=doc, epoch=epochs[doc])
+    say("DONE")
+    return 0
+
+
+def batch(table, doc, k, mid):
+    client = f"c{k}"
+    lmid = {"client_id": client, "last_mutation_id": mid}
+    changes = [{"table": "_rindle_client_mutations", "op": "add", "row": lmid}]
+    if mid % REJECT_ROOM_EVERY == 0:
+        outcome = {"client_id": client, "mid": mid, "kind": "rejected", "reason": "every 5th"}
+        changes.append({"table": "_rindle_room_mutation_outcomes", "op": "add", "row": outcome})
+    else:
+        row = {"id": f"{doc}-{mid}", "label": f"{doc}:{mid}"}
+        changes.append({"table": table, "op": "add", "row": row})
+    return changes
+
+
 MODES = {
+    "room": run_room,
     "mutations": run_mutations,
     "journal": run_journal,
     "public_sql": run_public_sql,
