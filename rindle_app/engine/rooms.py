@@ -84,6 +84,7 @@ OUTCOME_FIELDS = frozenset({"client_id", "mid", "kind", "reason", "name", "args"
 MAX_TEXT = 255
 MAX_CLIENTS = 1000
 MAX_ID = 2**63 - 1
+CAS_READ_KEYS = 500  # keys per statement of the CAS pass's read of the current rows
 
 
 def _doc(doc):
@@ -340,6 +341,7 @@ def _advance_watermark(tx, doc, offset):
 
 def _cas(tx, changes):
     """The conflicts of ``changes`` checked in order against the rows they meet."""
+    stored = _current_rows(tx, changes)  # (table, key) -> the committed row, or absent
     overlay = {}  # (table, key) -> the row as the batch has left it (None: absent)
     conflicts = []
     for i, change in enumerate(changes):
@@ -347,7 +349,7 @@ def _cas(tx, changes):
         image = change.row if change.op == "add" else change.old
         key = tuple(sort_key(image[k]) for k in table.primary_key)
         slot = (change.table, key)
-        current = overlay[slot] if slot in overlay else _current(tx, table, image)
+        current = overlay[slot] if slot in overlay else stored.get(slot)
         if change.op == "add":
             hit = current is None
         else:
@@ -379,17 +381,42 @@ def _cas(tx, changes):
     return conflicts
 
 
-def _current(tx, table, image):
+def _current_rows(tx, changes):
+    """The committed rows under every key the changes name, a few statements per table."""
+    wanted = {}  # table name -> {key: [pk values]}
+    for change in changes:
+        table = tx.tables.get(change.table)
+        image = change.row if change.op == "add" else change.old
+        values = [image[k] for k in table.primary_key]
+        wanted.setdefault(change.table, {})[tuple(sort_key(v) for v in values)] = values
+    rows = {}
+    for name, keys in wanted.items():
+        table = tx.tables.get(name)
+        keys = list(keys.values())
+        for start in range(0, len(keys), CAS_READ_KEYS):
+            for row in _read_keys(tx, table, keys[start : start + CAS_READ_KEYS]):
+                key = tuple(sort_key(row[k]) for k in table.primary_key)
+                rows[(name, key)] = row
+    return rows
+
+
+def _read_keys(tx, table, keys):
     lock = " FOR UPDATE" if tx.vendor == "postgresql" else ""
-    where = " AND ".join(f"{quote(k)} = %s" for k in table.primary_key)
     cols = [c.name for c in table.columns]
-    row = tx.fetchone(
+    pk = table.primary_key
+    if len(pk) == 1:
+        where = f"{quote(pk[0])} IN ({', '.join(['%s'] * len(keys))})"
+    else:
+        one = f"({', '.join(['%s'] * len(pk))})"
+        where = f"({', '.join(quote(k) for k in pk)}) IN (VALUES {', '.join([one] * len(keys))})"
+    found = tx.fetchall(
         f"SELECT {', '.join(quote(c) for c in cols)} FROM {quote(table.name)} WHERE {where}{lock}",
-        [image[k] for k in table.primary_key],
+        [v for key in keys for v in key],
     )
-    if row is None:
-        return None
-    current = dict(zip(cols, row))
+    return [_decode(table, dict(zip(cols, row))) for row in found]
+
+
+def _decode(table, current):
     for column in table.columns:
         value = current[column.name]
         if column.type == "boolean" and value in (0, 1) and not isinstance(value, bool):

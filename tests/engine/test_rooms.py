@@ -343,3 +343,31 @@ def test_room_lmids_refuses_a_bad_client_list(room):
         with pytest.raises(InvalidInput) as err:
             room.room_lmids(DOC, clients)
         assert err.value.code == "invalid_clients"
+
+
+def test_cas_reads_composite_keys_and_batches_past_one_statement(room):
+    from rindle_app.engine import rooms
+
+    room.register_table("room_pairs", ["a", "b", "v"], [0, 1], ["string", "int64", "string"])
+    try:
+        epoch = room.claim_room_epoch(DOC)
+        pair = {"table": "room_pairs", "op": "add", "row": {"a": "x", "b": 2, "v": "one"}}
+        flush(room, 1, [pair], epoch)
+        hit = {"table": "room_pairs", "op": "edit", "old": {"a": "x", "b": 2.0, "v": "one"}}
+        hit["row"] = {"v": "two"}
+        assert flush(room, 2, [hit], epoch, cas=True).applied
+        # more keys than one read statement takes: the existing row is found in a later one
+        many = [add(i) for i in range(rooms.CAS_READ_KEYS + 100)]
+        flush(room, 3, [add(rooms.CAS_READ_KEYS + 50, "old")], epoch)
+        with pytest.raises(RoomConflict) as err:
+            flush(room, 4, many, epoch, cas=True)
+        assert [c["key"] for c in err.value.details["conflicts"]] == [
+            {"id": f"r{rooms.CAS_READ_KEYS + 50}"}
+        ]
+        stale = {"table": "room_pairs", "op": "remove", "old": {"a": "x", "b": 2, "v": "one"}}
+        with pytest.raises(RoomConflict) as err:
+            flush(room, 4, [stale], epoch, cas=True)
+        assert err.value.details["conflicts"][0]["current"] == {"a": "x", "b": 2, "v": "two"}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('DROP TABLE IF EXISTS "room_pairs"')
