@@ -50,7 +50,26 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_retention())
     errors.extend(_check_store_rows(user.get("STORE_MAX_ROWS", DEFAULTS["STORE_MAX_ROWS"])))
     errors.extend(_check_wake())
+    errors.extend(_check_watermarker())
     return errors
+
+
+def _check_watermarker():
+    from .conf import rindle_settings
+    from .stream.watermark import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['STREAM_WATERMARKER'] is refused: {problem}.",
+            hint='"embedded" (the default: the serving process holding the lease runs it) or '
+            '"external" (only `manage.py rindle_watermark` runs it); the runtime refuses to '
+            "start with anything else.",
+            id="rindle.E033",
+        )
+    ]
 
 
 def _check_store_rows(value):

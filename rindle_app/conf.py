@@ -177,7 +177,8 @@ DEFAULTS = {
     "STREAM_FENCE_LOCK_TIMEOUT_MS": 50,
     # Where the watermarker runs on PostgreSQL: "embedded" (every serving process
     # competes for the lease, and the winner runs it) or "external" (only
-    # the rindle_watermark management command runs it).
+    # the rindle_watermark management command runs it). Anything else is check
+    # rindle.E033, and the runtime refuses to start its hub with it.
     "STREAM_WATERMARKER": "embedded",
     # Seconds of outbox history kept (never below the 7-day floor) and seconds
     # between retention runs, which delete at most STREAM_RETENTION_BATCH rows per

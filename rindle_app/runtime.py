@@ -10,7 +10,9 @@ delegates to it, so whichever of them runs first starts what it needs, in this o
    the listener thread; then, on PostgreSQL with ``STREAM_WATERMARKER`` "embedded"
    (the default, also under Django's test runner: live tests need safe_seq to
    move), the watermarker thread, which competes for the fleet's lease and
-   publishes safe_seq while it holds it (``stream/watermark.py``);
+   publishes safe_seq while it holds it (``stream/watermark.py``). A
+   ``STREAM_WATERMARKER`` other than "embedded" or "external" refuses to start
+   the hub (``ImproperlyConfigured``, check rindle.E033), never silently runs none;
 3. the usage ledger: ``FlowLedger.start`` reads the store once;
 4. the flush tick (needs 3): a thread flushing 3 every ``FLOW_FLUSH_SECONDS``,
    started by the serving path only and never inside Django's test environment;
@@ -176,7 +178,9 @@ class Runtime:
                     if hub is not None:
                         hub.close()
                     from .realtime.hub import Hub  # the transport; core modules never import it
+                    from .stream.watermark import placement
 
+                    placement()  # a bad STREAM_WATERMARKER refuses the start (rindle.E033)
                     hub = self._hub = Hub(engine)
                     self._start_watermarker()
         hub = hub.start()
@@ -242,11 +246,10 @@ class Runtime:
     def _start_watermarker(self):
         if self._watermarker is not None or connections[self.using].vendor != "postgresql":
             return
-        from .conf import rindle_settings
+        from .stream.watermark import Watermarker, placement
 
-        if rindle_settings.STREAM_WATERMARKER != "embedded":
+        if placement() != "embedded":
             return
-        from .stream.watermark import Watermarker
 
         watermarker = Watermarker(self.using)
         if not connections[self.using].in_atomic_block:
@@ -433,8 +436,8 @@ class Runtime:
         Start the retention timer in the embedded mode (idempotent); the timer, or
         None when ``STREAM_WATERMARKER`` is not "embedded" (the beat task prunes).
         """
-        from .conf import rindle_settings
         from .stream.retention import RetentionTimer
+        from .stream.watermark import placement
 
         with self._retention_lock:
             self._check_open()
@@ -442,7 +445,7 @@ class Runtime:
             timer = self._retention_timer
             if timer is not None and timer.alive:
                 return timer
-            if rindle_settings.STREAM_WATERMARKER != "embedded":
+            if placement() != "embedded":
                 return None
             self._retention_timer = RetentionTimer(self.retention()).start()
             return self._retention_timer
