@@ -193,8 +193,11 @@ DEFAULTS = {
     "STREAM_PAGE_MAX_EVENTS": 1000,
     "STREAM_LONG_POLL_MAX_SECONDS": 30,
     # GET /v1/stream: seconds between two reads of a waiting long-poll or event
-    # stream, and the most seqs one answer examines past its cursor (a filtered page
-    # over a busy outbox stops there and still advances its cursor).
+    # stream where no doorbell runs (stream/bell.py: the watermark's notification on
+    # PostgreSQL, SQLITE_WAKE on SQLite; where one runs, waiters wake when safe_seq
+    # moves and re-read every max(this, WAKE_POLL_INTERVAL) only as a safety net),
+    # and the most seqs one answer examines past its cursor (a filtered page over a
+    # busy outbox stops there and still advances its cursor).
     "STREAM_LONG_POLL_INTERVAL_SECONDS": 0.1,
     "STREAM_PAGE_SCAN_SEQS": 100_000,
 }
