@@ -200,6 +200,10 @@ DEFAULTS = {
     # busy outbox stops there and still advances its cursor).
     "STREAM_LONG_POLL_INTERVAL_SECONDS": 0.1,
     "STREAM_PAGE_SCAN_SEQS": 100_000,
+    # GET /v1/stream: the most long-polls and event streams waiting at once in one
+    # process (each holds a thread, or a task under ASGI); past it a waiting request
+    # is 503 stream_busy with Retry-After. A positive integer (check rindle.E034).
+    "STREAM_LONG_POLL_MAX_WAITERS": 4,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

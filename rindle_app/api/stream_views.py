@@ -26,7 +26,12 @@ again when it rings, that is when the published safe_seq moves (the watermarker'
 notification on PostgreSQL, the inotify commit watcher on SQLite), so an event
 is answered within a notification's delay of its publication. It also reads every
 max(STREAM_LONG_POLL_INTERVAL_SECONDS, WAKE_POLL_INTERVAL) as a safety net, and
-every STREAM_LONG_POLL_INTERVAL_SECONDS where the bell has no source.
+every STREAM_LONG_POLL_INTERVAL_SECONDS where the bell has no source. At most
+STREAM_LONG_POLL_MAX_WAITERS requests of a process wait at once (each holds a
+thread or a task); past it a request that would wait is 503 ``stream_busy`` with
+``Retry-After``, before anything is read or streamed (a ``wait=0`` read is always
+served). A long-poll gives its place back when it answers, however; an event
+stream when its body ends or Django closes the response, even unread.
 
 The cursor, the filter and every bound are checked, and the first page read, before
 anything streams, so every refusal is a proper status in the one error envelope.
@@ -209,6 +214,11 @@ class StreamView(RindleView):
                     (401, "No credentials."),
                     (403, "Neither the stream scope nor a staff session."),
                     (409, "`resnapshot_required`, with `reason`."),
+                    (
+                        503,
+                        "`stream_busy`: STREAM_LONG_POLL_MAX_WAITERS requests already wait "
+                        "here (`Retry-After`).",
+                    ),
                 )
             },
         },

@@ -28,8 +28,11 @@ epoch (a flushed or restored database) starts the count again. Each value wakes 
 waiter at most once, so a bell that knows more than the reads show (a numbering
 that went back without a new epoch) costs one extra read, not a busy loop.
 
-``enter`` gives a waiter its ``Turn``; ``Turn.release`` (idempotent, and a
-``with`` block calls it) ends it.
+Bounded waiters: each waiting request holds a thread (WSGI, the long-poll) or a
+task (ASGI event streams), so ``enter`` admits at most ``max_waiters`` turns at
+once (``STREAM_LONG_POLL_MAX_WAITERS``, read at each ``enter``) and refuses the
+next with ``StreamBusy`` (503 ``stream_busy``, ``Retry-After``). ``Turn.release``
+gives the place back; it is idempotent, and a ``with`` block calls it.
 
 Threading model: ``ring`` is called on the source's thread, ``wait`` on the
 request's thread and ``wait_async`` on an event loop; one ``threading.Condition``
@@ -45,19 +48,43 @@ import time
 
 from django.db import connections
 
+from ..exceptions import StreamBusy
+
 logger = logging.getLogger("rindle.stream")
+
+
+def settings_problem(settings):
+    """What is wrong with STREAM_LONG_POLL_MAX_WAITERS (of a ``rindle_settings``), or None."""
+    value = settings.STREAM_LONG_POLL_MAX_WAITERS
+    if type(value) is not int or value < 1:
+        return f"STREAM_LONG_POLL_MAX_WAITERS must be a positive integer, not {value!r}"
+    return None
+
+
+def max_waiters():
+    """``RINDLE["STREAM_LONG_POLL_MAX_WAITERS"]``; ``ImproperlyConfigured`` when unusable."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from ..conf import rindle_settings
+
+    problem = settings_problem(rindle_settings)
+    if problem is not None:
+        raise ImproperlyConfigured(f"{problem} (check rindle.E034)")
+    return rindle_settings.STREAM_LONG_POLL_MAX_WAITERS
 
 
 class Bell:
     """Rung when safe_seq moves; admits and wakes the stream's waiters (see the module)."""
 
-    def __init__(self, using="default"):
+    def __init__(self, using="default", *, max_waiters=None):
         self.using = using
+        self.max_waiters = max_waiters  # None: STREAM_LONG_POLL_MAX_WAITERS at each enter
         self._cond = threading.Condition()
         self.rings = 0  # every ring, with a value or not
         self.latest = 0  # the greatest safe_seq known (a ring's or a waiter's read)
         self.epoch = None  # the numbering ``latest`` is in (a waiter's read tells)
         self.waiting = 0  # turns held now
+        self.refused = 0  # enters refused at the cap
         self._futures = {}  # an async waiter's future -> its loop
         self._source = None
         self._watcher = None
@@ -159,10 +186,19 @@ class Bell:
 
     def enter(self, mark=None):
         """
-        A ``Turn`` at the bell. ``mark`` (``mark()`` before the caller's last read)
-        makes a ring since then wake its first wait.
+        A ``Turn`` at the bell, or ``StreamBusy`` when ``max_waiters`` turns are held.
+        ``mark`` (``mark()`` before the caller's last read) makes a ring since then
+        wake its first wait.
         """
+        limit = max_waiters() if self.max_waiters is None else self.max_waiters
         with self._cond:
+            if self.waiting >= limit:
+                self.refused += 1
+                raise StreamBusy(
+                    f"this server already holds {limit} waiting stream requests "
+                    "(STREAM_LONG_POLL_MAX_WAITERS); retry, or read without wait",
+                    limit=limit,
+                )
             self.waiting += 1
             first = self.waiting == 1
             watcher = self._watcher

@@ -2,7 +2,9 @@
 GET /v1/stream's waiters wake on the runtime's doorbell: a long-poll or an event
 stream answers within a moment of the watermark's publication (the watermarker's
 notification on PostgreSQL, the inotify commit watcher on SQLite), not at its next
-timed read; the doorbell belongs to the runtime.
+timed read; the doorbell belongs to the runtime. At most
+STREAM_LONG_POLL_MAX_WAITERS requests wait at once; past it a waiting request is
+503 stream_busy, and each place is given back however its wait ended.
 """
 
 import threading
@@ -10,13 +12,15 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import connections
+from django.db import connection, connections, transaction
 from django.test import AsyncClient
 
 from rindle_app import tokens
 from rindle_app.runtime import get_runtime, shutdown
 from rindle_app.stream import fence, notify
 from rindle_app.stream import state as stream_state
+from tests.support.views import token_client
+from tests.support.waiting import wait_for
 
 from .api_support import *  # noqa: F403  (the fixtures)
 from .api_support import postgres, publish
@@ -160,3 +164,111 @@ def test_the_doorbell_is_the_runtimes_and_stops_with_it(reader):
     assert bell.closed and not bell.live
     assert not source._thread.is_alive()
     assert get_runtime().running_bell is None
+
+
+def waiting():
+    bell = get_runtime().running_bell
+    return 0 if bell is None else bell.waiting
+
+
+class Poll:
+    """A long-poll of ``client`` on a thread of its own; ``response`` once it answered."""
+
+    def __init__(self, client, params):
+        self.response = None
+        self.thread = threading.Thread(target=self._run, args=(client, params))
+        self.thread.start()
+
+    def _run(self, client, params):
+        try:
+            self.response = client.get("/v1/stream", params)
+        finally:
+            connections.close_all()
+
+    def join(self):
+        self.thread.join(15)
+        assert not self.thread.is_alive()
+        return self.response
+
+
+def test_past_the_waiter_cap_a_waiting_request_is_503_stream_busy_with_retry_after(alice, settings):
+    """
+    With STREAM_LONG_POLL_MAX_WAITERS 2 and two long-polls waiting, a third long-poll
+    and an event stream are 503 stream_busy (retryable, Retry-After) and read nothing;
+    a read without wait is still served. Once the two answered, a wait is admitted.
+    """
+    settings.RINDLE = {**settings.RINDLE, "STREAM_LONG_POLL_MAX_WAITERS": 2}
+    clients = [token_client(alice, "stream") for _ in range(3)]
+    cursor = now_cursor(clients[0])
+    polls = [Poll(c, {"cursor": cursor, "wait": "10"}) for c in clients[:2]]
+    wait_for(lambda: waiting() == 2, timeout=10)
+    for accept in ("application/json", SSE):
+        refused = clients[2].get("/v1/stream", {"cursor": cursor, "wait": "5"}, HTTP_ACCEPT=accept)
+        assert refused.status_code == 503
+        assert refused["Content-Type"].startswith("application/json")
+        assert refused["Retry-After"] == "1"
+        error = refused.json()["error"]
+        assert error["code"] == "stream_busy" and error["retryable"] is True
+        assert "STREAM_LONG_POLL_MAX_WAITERS" in error["message"]
+    served = clients[2].get("/v1/stream", {"cursor": cursor})
+    assert served.status_code == 200 and served.json()["events"] == []
+    commit_and_publish("wake")
+    for poll in polls:
+        response = poll.join()
+        assert response.status_code == 200
+        assert [e["key"] for e in response.json()["events"]] == [["wake"]]
+    assert waiting() == 0
+    admitted = clients[2].get("/v1/stream", {"cursor": cursor, "wait": "0.2"})
+    assert admitted.status_code == 200 and len(admitted.json()["events"]) == 1
+
+
+def prune_past_the_newest():
+    """In one transaction: commit a captured row, and move the horizon past it."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute('INSERT INTO "user" (id, name) VALUES (%s, %s)', ["pruned", "x"])
+        cursor.execute("SELECT MAX(seq) FROM _rindle_change_events")
+        newest = cursor.fetchone()[0]
+        cursor.execute("DELETE FROM _rindle_change_events")
+        cursor.execute(
+            "UPDATE _rindle_stream SET horizon = %s WHERE name = %s",
+            [newest + 1, stream_state.STREAM],
+        )
+
+
+def test_a_wait_that_ends_in_an_error_gives_its_place_back(reader, settings):
+    """
+    A long-poll overtaken by retention mid-wait answers 409 resnapshot_required (the
+    cap 1): its place is free again, so the next wait is admitted, not refused.
+    """
+    settings.RINDLE = {**settings.RINDLE, "STREAM_LONG_POLL_MAX_WAITERS": 1}
+    cursor = now_cursor(reader)
+    poll = Poll(reader, {"cursor": cursor, "wait": "10"})
+    wait_for(lambda: waiting() == 1, timeout=10)
+    prune_past_the_newest()  # a commit the waiter never saw, and retention passed it
+    get_runtime().running_bell.ring()
+    response = poll.join()
+    assert response.status_code == 409
+    assert response.json()["error"]["reason"] == "below_horizon"
+    assert waiting() == 0
+    commit_and_publish("after")
+    cursor = now_cursor(reader)
+    assert reader.get("/v1/stream", {"cursor": cursor, "wait": "0.1"}).status_code == 200
+
+
+def test_an_event_stream_holds_its_place_until_it_ends_or_is_closed_unread(reader, settings):
+    """
+    An event stream is a waiter until its body ends; one Django closes without
+    reading it (the client went away first) gives its place back too.
+    """
+    settings.RINDLE = {**settings.RINDLE, "STREAM_LONG_POLL_MAX_WAITERS": 1}
+    cursor = now_cursor(reader)
+    unread = reader.get("/v1/stream", {"cursor": cursor, "wait": "5"}, HTTP_ACCEPT=SSE)
+    assert unread.status_code == 200 and waiting() == 1
+    busy = reader.get("/v1/stream", {"cursor": cursor, "wait": "5"}, HTTP_ACCEPT=SSE)
+    assert busy.status_code == 503 and busy.json()["error"]["code"] == "stream_busy"
+    unread.close()
+    assert waiting() == 0
+    read = reader.get("/v1/stream", {"cursor": cursor, "wait": "0.3"}, HTTP_ACCEPT=SSE)
+    assert read.status_code == 200 and waiting() == 1
+    b"".join(read.streaming_content)
+    assert waiting() == 0
