@@ -50,7 +50,44 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_retention())
     errors.extend(_check_store_rows(user.get("STORE_MAX_ROWS", DEFAULTS["STORE_MAX_ROWS"])))
     errors.extend(_check_wake())
+    errors.extend(_check_watermarker())
+    errors.extend(_check_stream_waiters())
     return errors
+
+
+def _check_stream_waiters():
+    from .conf import rindle_settings
+    from .stream.bell import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['STREAM_LONG_POLL_MAX_WAITERS'] is refused: {problem}.",
+            hint="It bounds the GET /v1/stream long-polls and event streams waiting at once "
+            "in one process (4 by default); past it they are 503 stream_busy.",
+            id="rindle.E034",
+        )
+    ]
+
+
+def _check_watermarker():
+    from .conf import rindle_settings
+    from .stream.watermark import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['STREAM_WATERMARKER'] is refused: {problem}.",
+            hint='"embedded" (the default: the serving process holding the lease runs it) or '
+            '"external" (only `manage.py rindle_watermark` runs it); the runtime refuses to '
+            "start with anything else.",
+            id="rindle.E033",
+        )
+    ]
 
 
 def _check_store_rows(value):

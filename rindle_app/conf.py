@@ -185,7 +185,8 @@ DEFAULTS = {
     "STREAM_FENCE_LOCK_TIMEOUT_MS": 50,
     # Where the watermarker runs on PostgreSQL: "embedded" (every serving process
     # competes for the lease, and the winner runs it) or "external" (only
-    # the rindle_watermark management command runs it).
+    # the rindle_watermark management command runs it). Anything else is check
+    # rindle.E033, and the runtime refuses to start its hub with it.
     "STREAM_WATERMARKER": "embedded",
     # Seconds of outbox history kept (never below the 7-day floor) and seconds
     # between retention runs, which delete at most STREAM_RETENTION_BATCH rows per
@@ -200,10 +201,17 @@ DEFAULTS = {
     "STREAM_PAGE_MAX_EVENTS": 1000,
     "STREAM_LONG_POLL_MAX_SECONDS": 30,
     # GET /v1/stream: seconds between two reads of a waiting long-poll or event
-    # stream, and the most seqs one answer examines past its cursor (a filtered page
-    # over a busy outbox stops there and still advances its cursor).
+    # stream where no doorbell runs (stream/bell.py: the watermark's notification on
+    # PostgreSQL, SQLITE_WAKE on SQLite; where one runs, waiters wake when safe_seq
+    # moves and re-read every max(this, WAKE_POLL_INTERVAL) only as a safety net),
+    # and the most seqs one answer examines past its cursor (a filtered page over a
+    # busy outbox stops there and still advances its cursor).
     "STREAM_LONG_POLL_INTERVAL_SECONDS": 0.1,
     "STREAM_PAGE_SCAN_SEQS": 100_000,
+    # GET /v1/stream: the most long-polls and event streams waiting at once in one
+    # process (each holds a thread, or a task under ASGI); past it a waiting request
+    # is 503 stream_busy with Retry-After. A positive integer (check rindle.E034).
+    "STREAM_LONG_POLL_MAX_WAITERS": 4,
 }
 
 IMPORT_STRINGS = {"ADAPTER"}

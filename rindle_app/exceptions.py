@@ -259,6 +259,12 @@ RESNAPSHOT_REQUIRED = _code(
     frames=_BOTH,
 )
 INVALID_CURSOR = _http("invalid_cursor", 400, "The stream cursor is malformed.")
+STREAM_BUSY = _http(
+    "stream_busy",
+    503,
+    "This server already holds STREAM_LONG_POLL_MAX_WAITERS waiting stream requests.",
+    retryable=True,
+)
 INVALID_PARAMETER = _http(
     "invalid_parameter",
     400,
@@ -678,6 +684,16 @@ class LeaseHeld(RindleError):
     def __init__(self, name, holder):
         super().__init__(f"stream lease {name!r} is held by {holder!r}", holder=holder)
         self.holder = holder
+
+
+class StreamBusy(Unavailable):
+    """
+    A waiting ``GET /v1/stream`` (a long-poll or an event stream) past
+    STREAM_LONG_POLL_MAX_WAITERS in this process: nothing was read; retry after
+    ``Retry-After``, or read without ``wait``.
+    """
+
+    code = STREAM_BUSY
 
 
 class ResnapshotRequired(RindleError):

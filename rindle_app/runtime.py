@@ -10,7 +10,9 @@ delegates to it, so whichever of them runs first starts what it needs, in this o
    the listener thread; then, on PostgreSQL with ``STREAM_WATERMARKER`` "embedded"
    (the default, also under Django's test runner: live tests need safe_seq to
    move), the watermarker thread, which competes for the fleet's lease and
-   publishes safe_seq while it holds it (``stream/watermark.py``);
+   publishes safe_seq while it holds it (``stream/watermark.py``). A
+   ``STREAM_WATERMARKER`` other than "embedded" or "external" refuses to start
+   the hub (``ImproperlyConfigured``, check rindle.E033), never silently runs none;
 3. the usage ledger: ``FlowLedger.start`` reads the store once;
 4. the flush tick (needs 3): a thread flushing 3 every ``FLOW_FLUSH_SECONDS``,
    started by the serving path only and never inside Django's test environment;
@@ -21,10 +23,15 @@ delegates to it, so whichever of them runs first starts what it needs, in this o
    with the hub (2) by the serving path in the embedded mode
    (``STREAM_WATERMARKER == "embedded"``), never inside Django's test environment
    (a test calls ``start_retention()``). Its counters (``retention_stats``, plain
-   data) also count the Celery beat task's runs in a worker.
+   data) also count the Celery beat task's runs in a worker;
+8. the stream's doorbell (needs only the database): what waiting ``GET /v1/stream``
+   long-polls and event streams block on until safe_seq moves, with its source
+   thread (``stream/bell.py``: a LISTEN on the watermarker's channel on PostgreSQL,
+   the inotify commit watcher on SQLite), started by the first waiting request.
 
 Each part starts on first use, after the parts it needs, and never twice.
-``shutdown()`` stops them in the reverse order: it stops 7, drops 6 and 5, stops 4,
+``shutdown()`` stops them in the reverse order: it closes 8 (waking its waiters),
+stops 7, drops 6 and 5, stops 4,
 flushes 3 one last time (never into another database than the one it started on),
 closes 2 (the watermarker first, which releases its lease, then the hub), then
 drains and closes 1.
@@ -62,8 +69,9 @@ The threads the parts run are documented where they are: the writer
 (``engine/writer.py``), the hub (``realtime/hub.py``), the listener
 (``stream/notify.py``), the watermarker (``stream/watermark.py``: one thread with
 its own connection, woken by LISTEN on ``rindle_outbox``, stepping at most once
-per ``STREAM_REFRESH_SECONDS``), the flush tick (``flow/tick.py``) and the
-retention timer (``stream/retention.py``).
+per ``STREAM_REFRESH_SECONDS``), the flush tick (``flow/tick.py``), the
+retention timer (``stream/retention.py``) and the doorbell's source
+(``stream/notify.py`` or ``stream/wake.py``).
 """
 
 import atexit
@@ -116,6 +124,8 @@ class Runtime:
         from .stream.retention import RetentionStats
 
         self.retention_stats = RetentionStats()
+        self._bell_lock = threading.Lock()
+        self._bell = None
         # The one start of the hub in the background (``hub_ready``) and its thread.
         self._start_lock = threading.Lock()
         self._hub_future = None
@@ -176,7 +186,9 @@ class Runtime:
                     if hub is not None:
                         hub.close()
                     from .realtime.hub import Hub  # the transport; core modules never import it
+                    from .stream.watermark import placement
 
+                    placement()  # a bad STREAM_WATERMARKER refuses the start (rindle.E033)
                     hub = self._hub = Hub(engine)
                     self._start_watermarker()
         hub = hub.start()
@@ -242,11 +254,10 @@ class Runtime:
     def _start_watermarker(self):
         if self._watermarker is not None or connections[self.using].vendor != "postgresql":
             return
-        from .conf import rindle_settings
+        from .stream.watermark import Watermarker, placement
 
-        if rindle_settings.STREAM_WATERMARKER != "embedded":
+        if placement() != "embedded":
             return
-        from .stream.watermark import Watermarker
 
         watermarker = Watermarker(self.using)
         if not connections[self.using].in_atomic_block:
@@ -433,8 +444,8 @@ class Runtime:
         Start the retention timer in the embedded mode (idempotent); the timer, or
         None when ``STREAM_WATERMARKER`` is not "embedded" (the beat task prunes).
         """
-        from .conf import rindle_settings
         from .stream.retention import RetentionTimer
+        from .stream.watermark import placement
 
         with self._retention_lock:
             self._check_open()
@@ -442,7 +453,7 @@ class Runtime:
             timer = self._retention_timer
             if timer is not None and timer.alive:
                 return timer
-            if rindle_settings.STREAM_WATERMARKER != "embedded":
+            if placement() != "embedded":
                 return None
             self._retention_timer = RetentionTimer(self.retention()).start()
             return self._retention_timer
@@ -465,15 +476,44 @@ class Runtime:
         if timer is not None:
             timer.stop()
 
+    # --- 8. the stream's doorbell ---------------------------------------------------
+
+    @property
+    def bell(self):
+        """The stream's doorbell (``stream.bell.Bell``), started on first use."""
+        bell = self._bell
+        if bell is not None:
+            return bell
+        with self._bell_lock:
+            if self._bell is None:
+                self._check_open()
+                from .stream.bell import Bell
+
+                self._bell = Bell(self.using).start()
+            return self._bell
+
+    @property
+    def running_bell(self):
+        """The doorbell if it started, else None (starts nothing)."""
+        return self._bell
+
+    def stop_bell(self):
+        """Close the doorbell's source; its waiters wake, read once more and end."""
+        with self._bell_lock:
+            bell, self._bell = self._bell, None
+        if bell is not None:
+            bell.close()
+
     # --- all of it -----------------------------------------------------------------
 
     def shutdown(self, timeout=None, flush=True):
         """
-        Stop every part in the reverse start order: the retention timer, the caches,
+        Stop every part in the reverse start order: the doorbell, the retention timer, the caches,
         the tick, the ledger (flushed when ``flush``), the hub, the engine (drained
         within ``timeout``). Safe to call more than once.
         """
         self.closed = True
+        self.stop_bell()
         self.stop_retention()
         self.forget_sandbox_grants()
         self.stop_flow(flush=flush)

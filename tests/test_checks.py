@@ -293,3 +293,24 @@ def test_a_store_bound_that_is_not_a_positive_integer_is_check_e032(settings, va
     assert "rindle.E032" in [e.id for e in check_settings(None)]
     settings.RINDLE = {**settings.RINDLE, "STORE_MAX_ROWS": 1000}
     assert "rindle.E032" not in [e.id for e in check_settings(None)]
+
+
+@pytest.mark.parametrize("value", ["externel", "Embedded", "", None, 1])
+def test_a_watermarker_placement_other_than_embedded_or_external_is_check_e033(settings, value):
+    """STREAM_WATERMARKER is "embedded" or "external"; a misspelling is refused, not ignored."""
+    settings.RINDLE = {**getattr(settings, "RINDLE", {}), "STREAM_WATERMARKER": value}
+    errors = [e for e in check_settings(None) if e.id == "rindle.E033"]
+    assert len(errors) == 1 and repr(value) in errors[0].msg
+    for good in ("embedded", "external"):
+        settings.RINDLE = {**settings.RINDLE, "STREAM_WATERMARKER": good}
+        assert "rindle.E033" not in [e.id for e in check_settings(None)]
+
+
+@pytest.mark.parametrize("value", [0, -1, "4", 2.5, None, True])
+def test_a_stream_waiter_cap_that_is_not_a_positive_integer_is_check_e034(settings, value):
+    """STREAM_LONG_POLL_MAX_WAITERS bounds the waiting stream requests: a positive int only."""
+    settings.RINDLE = {**getattr(settings, "RINDLE", {}), "STREAM_LONG_POLL_MAX_WAITERS": value}
+    errors = [e for e in check_settings(None) if e.id == "rindle.E034"]
+    assert len(errors) == 1 and repr(value) in errors[0].msg
+    settings.RINDLE = {**settings.RINDLE, "STREAM_LONG_POLL_MAX_WAITERS": 16}
+    assert "rindle.E034" not in [e.id for e in check_settings(None)]

@@ -120,3 +120,24 @@ def test_a_stopped_hub_is_started_anew_by_hub_ready(rindle_runtime):
     rindle_runtime.stop_hub()
     fresh = rindle_runtime.hub_ready().result(10)
     assert fresh is not hub and fresh.started and fresh is rindle_runtime.hub
+
+
+def test_a_misspelt_watermarker_placement_refuses_to_start_the_hub_and_the_retention_timer(
+    settings,
+):
+    """
+    STREAM_WATERMARKER "externel" is refused with a clear error at start (naming the
+    setting, the value and check E033), instead of running no watermarker.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    settings.RINDLE = {**settings.RINDLE, "STREAM_WATERMARKER": "externel"}
+    with fresh_runtime() as rt:
+        with pytest.raises(ImproperlyConfigured, match=r"STREAM_WATERMARKER.*'externel'.*E033"):
+            rt.hub_for(rt.engine)
+        with pytest.raises(ImproperlyConfigured, match="E033"):
+            rt.hub_for(rt.engine)  # and again: a refused start leaves no half-started hub behind
+        with pytest.raises(ImproperlyConfigured, match="E033"):
+            rt.start_retention()
+        settings.RINDLE = {**settings.RINDLE, "STREAM_WATERMARKER": "external"}
+        assert rt.hub.started and rt.watermarker is None

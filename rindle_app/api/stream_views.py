@@ -12,15 +12,26 @@ Three ways to wait for new events, all bounded by STREAM_LONG_POLL_MAX_SECONDS:
 - ``wait=0`` (the default): answer at once;
 - ``wait=N``: a long-poll; the answer comes as soon as there are events, or empty
   after N seconds. It holds its worker thread while it waits (a sync DRF view, under
-  WSGI and under Daphne alike), reading the state row every
-  STREAM_LONG_POLL_INTERVAL_SECONDS;
+  WSGI and under Daphne alike);
 - ``Accept: text/event-stream``: server-sent events, one ``change`` event per row
   change with ``id:`` its cursor, on a ``StreamingHttpResponse`` that ends after the
   wait (the bound by default). Browsers' ``EventSource`` reconnects by itself and
   sends ``Last-Event-ID``, which is read as the cursor. Under ASGI (Daphne) the
-  stream is an async generator: it sleeps on the event loop between reads and
+  stream is an async generator: it waits on the event loop between reads and
   borrows the request's thread only for each read, so an idle stream holds no
   thread; under WSGI it is a plain generator on the worker thread.
+
+A waiting request blocks on the runtime's doorbell (``stream/bell.py``) and reads
+again when it rings, that is when the published safe_seq moves (the watermarker's
+notification on PostgreSQL, the inotify commit watcher on SQLite), so an event
+is answered within a notification's delay of its publication. It also reads every
+max(STREAM_LONG_POLL_INTERVAL_SECONDS, WAKE_POLL_INTERVAL) as a safety net, and
+every STREAM_LONG_POLL_INTERVAL_SECONDS where the bell has no source. At most
+STREAM_LONG_POLL_MAX_WAITERS requests of a process wait at once (each holds a
+thread or a task); past it a request that would wait is 503 ``stream_busy`` with
+``Retry-After``, before anything is read or streamed (a ``wait=0`` read is always
+served). A long-poll gives its place back when it answers, however; an event
+stream when its body ends or Django closes the response, even unread.
 
 The cursor, the filter and every bound are checked, and the first page read, before
 anything streams, so every refusal is a proper status in the one error envelope.
@@ -53,6 +64,7 @@ from ..exceptions import (
     UnknownTable,
 )
 from ..models import RindleToken
+from ..runtime import get_runtime
 from ..stream import state as stream_state
 from ..stream.page import MAX_SEQ, format_cursor, read_page
 from .serializers import ErrorResponse
@@ -202,6 +214,11 @@ class StreamView(RindleView):
                     (401, "No credentials."),
                     (403, "Neither the stream scope nor a staff session."),
                     (409, "`resnapshot_required`, with `reason`."),
+                    (
+                        503,
+                        "`stream_busy`: STREAM_LONG_POLL_MAX_WAITERS requests already wait "
+                        "here (`Retry-After`).",
+                    ),
                 )
             },
         },
@@ -233,6 +250,8 @@ class StreamView(RindleView):
             low=0.0, pattern=WAIT_PATTERN, cast=float,
         )  # fmt: skip
         reader = PageReader(engine.using, tables, limit, schema)
+        bell = get_runtime(engine.using).bell if wait > 0 else None
+        mark = None if bell is None else bell.mark()  # before the read: no ring is lost
         if cursor == "now":
             page = reader.now()
         elif cursor is None:
@@ -241,21 +260,24 @@ class StreamView(RindleView):
             page = reader.read(*cursor)
         deadline = time.monotonic() + wait
         if sse:
-            return self.event_stream(request, EventFeed(reader, page, deadline))
-        while not page.events and page.next_seq >= page.safe_seq:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            time.sleep(min(reader.interval, remaining))
-            page = reader.read(page.epoch, page.next_seq)
+            turn = None if bell is None else bell.enter(mark)
+            return self.event_stream(request, EventFeed(reader, page, deadline, turn))
+        if bell is not None and idle(page):
+            with bell.enter(mark) as turn:
+                while idle(page):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    turn.wait(page.epoch, page.safe_seq, min(reader.poll(turn), remaining))
+                    page = reader.read(page.epoch, page.next_seq)
         return Response(page_body(page))
 
     def event_stream(self, request, feed):
         meter = self._flow_meter
         if isinstance(request._request, ASGIRequest):
-            body = feed.run_async(meter)
+            body = AsyncBody(feed, feed.run_async(meter))
         else:
-            body = feed.run_sync(meter)
+            body = SyncBody(feed, feed.run_sync(meter))
         response = StreamingHttpResponse(body, content_type=EVENT_STREAM)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
@@ -266,6 +288,11 @@ class StreamView(RindleView):
             request.accepted_renderer = JSONRenderer()
             request.accepted_media_type = JSONRenderer.media_type
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+def idle(page):
+    """True when a page has no events and nothing more is published after it."""
+    return not page.events and page.next_seq >= page.safe_seq
 
 
 def page_body(page):
@@ -289,6 +316,11 @@ class PageReader:
         self.schema = schema
         self.scan = max(1, int(rindle_settings.STREAM_PAGE_SCAN_SEQS))
         self.interval = max(0.01, float(rindle_settings.STREAM_LONG_POLL_INTERVAL_SECONDS))
+        self.safety = max(self.interval, float(rindle_settings.WAKE_POLL_INTERVAL))
+
+    def poll(self, turn):
+        """Seconds a waiter waits between reads: the safety net where the bell rings."""
+        return self.safety if turn is not None and turn.bell.live else self.interval
 
     def read(self, epoch, after):
         return read_page(
@@ -317,10 +349,11 @@ class EventFeed:
     wait differs.
     """
 
-    def __init__(self, reader, page, deadline):
+    def __init__(self, reader, page, deadline, turn=None):
         self.reader = reader
         self.page = page
         self.deadline = deadline
+        self.turn = turn  # the place at the doorbell (None: it never waits)
         self.sent_id = None  # the last ``id:`` sent: what a reconnect resumes from
         self.last_write = time.monotonic()
         self.bytes_out = 0
@@ -349,9 +382,11 @@ class EventFeed:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             return None
+        if self.turn is None:
+            return None  # wait=0: never waits
         if self.page.next_seq < self.page.safe_seq:
             return 0.0  # more is already published: no wait
-        return min(self.reader.interval, remaining)
+        return min(self.reader.poll(self.turn), remaining)
 
     def pull(self):
         """Read the next page; a cursor that cannot continue ends the stream with an error."""
@@ -376,11 +411,12 @@ class EventFeed:
             yield b"retry: 1000\n\n" + self.frames()
             while (wait := self.delay()) is not None:
                 if wait:
-                    time.sleep(wait)
+                    self.turn.wait(self.page.epoch, self.page.safe_seq, wait)
                 chunk = self.pull()
                 if chunk:
                     yield chunk
         finally:
+            self.release()
             self._count(meter)
 
     async def run_async(self, meter):
@@ -388,13 +424,57 @@ class EventFeed:
         try:
             yield b"retry: 1000\n\n" + self.frames()
             while (wait := self.delay()) is not None:
-                await asyncio.sleep(wait)
+                if wait:
+                    await self.turn.wait_async(self.page.epoch, self.page.safe_seq, wait)
+                else:
+                    await asyncio.sleep(0)
                 chunk = await pull()
                 if chunk:
                     yield chunk
         finally:
+            self.release()
             self._count(meter)
+
+    def release(self):
+        """Give the doorbell's place back (idempotent): the stream waits no more."""
+        if self.turn is not None:
+            self.turn.release()
 
     def _count(self, meter):
         if meter is not None:
             meter.transfer(bytes_in=0, bytes_out=self.bytes_out)
+
+
+class SyncBody:
+    """
+    An event stream's body under WSGI: the generator, and a ``close`` (Django calls
+    it when the response ends, even one never iterated) that releases the feed's
+    place at the doorbell.
+    """
+
+    def __init__(self, feed, generator):
+        self.feed = feed
+        self.generator = generator
+
+    def __iter__(self):
+        return self.generator
+
+    def close(self):
+        try:
+            self.generator.close()
+        finally:
+            self.feed.release()
+
+
+class AsyncBody:
+    """``SyncBody`` for an async generator (ASGI): Django closes the response too."""
+
+    def __init__(self, feed, generator):
+        self.feed = feed
+        self.generator = generator
+
+    def __aiter__(self):
+        return self.generator
+
+    def close(self):
+        self.feed.release()

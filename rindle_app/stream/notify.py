@@ -7,7 +7,9 @@ notification (ids, never rows); the watermarker sends one on ``rindle_watermark`
 (payload: the new safe_seq) in the transaction that advances it, so readers,
 which tail only up to the published safe_seq, wake when there is more to read.
 ``Listener`` holds a dedicated LISTEN connection on its channels and calls
-``on_commit()`` for each notification; the reader still reads the outbox, so a
+``on_commit()`` for each notification (or ``on_notify(notification)``, with its
+payload, when given; ``on_commit()`` still marks each (re)connection, after which
+anything may have been missed); the reader still reads the outbox, so a
 lost notification only delays a change until the next poll. SQLite has no
 notifications: readers poll.
 """
@@ -27,9 +29,10 @@ WATERMARK_CHANNEL = "rindle_watermark"  # the watermarker's: payload the new saf
 class Listener:
     """Calls ``on_commit()`` for each notification on ``channels`` (see the module)."""
 
-    def __init__(self, using, on_commit, channels=(NOTIFY_CHANNEL,)):
+    def __init__(self, using, on_commit, channels=(NOTIFY_CHANNEL,), on_notify=None):
         self.using = using
         self.on_commit = on_commit
+        self.on_notify = on_notify
         self.channels = tuple(channels)
         self._stop = threading.Event()
         self._thread = None
@@ -57,8 +60,11 @@ class Listener:
                 self.listening.set()
                 self.on_commit()  # anything committed before LISTEN took effect
                 while not self._stop.is_set():
-                    for _ in raw.notifies(timeout=0.1, stop_after=64):
-                        self.on_commit()
+                    for notify in raw.notifies(timeout=0.1, stop_after=64):
+                        if self.on_notify is None:
+                            self.on_commit()
+                        else:
+                            self.on_notify(notify)
             except Exception:
                 self.listening.clear()
                 logger.exception("rindle listener: connection lost; reconnecting")

@@ -201,7 +201,8 @@ class CommitWatcher:
     ``arm()`` it while a prompt wake-up matters. Counters (plain ints, for the
     benchmarks and /metrics): ``events`` (reads of the descriptor), ``checks`` (outbox
     reads), ``wakes`` (calls of ``on_commit``), ``late_wakes`` (found by the settle
-    re-read).
+    re-read). ``newest`` is the greatest seq the read before the last wake found
+    (None when that read failed), for an ``on_commit`` that wants the value.
     """
 
     def __init__(self, path, since, on_commit):
@@ -210,6 +211,7 @@ class CommitWatcher:
         self.since = since
         self.on_commit = on_commit
         self.events = self.checks = self.wakes = self.late_wakes = 0
+        self.newest = None  # the outbox's greatest seq as of the last wake (None: unread)
         self._inotify = _Inotify()
         self._dir = os.path.dirname(path) or "."
         self._names = {os.fsencode(os.path.basename(self.wal))}
@@ -388,6 +390,7 @@ class CommitWatcher:
             newest = None
         if newest is not None and newest <= self.since():
             return False
+        self.newest = newest
         self.wakes += 1
         if late:
             self.late_wakes += 1

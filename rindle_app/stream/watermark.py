@@ -73,6 +73,34 @@ logger = logging.getLogger("rindle.stream")
 NOTIFY_CHANNEL = "rindle_watermark"
 LEASE_NAME = "watermark"
 _LOCK_NOT_AVAILABLE = "55P03"
+# Where it runs (RINDLE["STREAM_WATERMARKER"]): in whichever serving process wins the
+# lease, or only in the rindle_watermark command. Check rindle.E033 refuses the rest.
+PLACEMENTS = ("embedded", "external")
+
+
+def settings_problem(settings):
+    """What is wrong with STREAM_WATERMARKER (of a ``rindle_settings``), or None."""
+    value = settings.STREAM_WATERMARKER
+    if not isinstance(value, str) or value not in PLACEMENTS:
+        return (
+            f"STREAM_WATERMARKER must be one of {', '.join(map(repr, PLACEMENTS))}, not {value!r}"
+        )
+    return None
+
+
+def placement():
+    """
+    ``RINDLE["STREAM_WATERMARKER"]``: "embedded" or "external". Anything else is
+    ``ImproperlyConfigured`` (a misspelt value must not silently run no watermarker).
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    from ..conf import rindle_settings
+
+    problem = settings_problem(rindle_settings)
+    if problem is not None:
+        raise ImproperlyConfigured(f"{problem} (check rindle.E033)")
+    return rindle_settings.STREAM_WATERMARKER
 
 
 @dataclass(frozen=True)
