@@ -31,6 +31,7 @@ a loop.
 import logging
 import threading
 
+from django.db import connections
 from django.db.backends.signals import connection_created
 
 logger = logging.getLogger("rindle.stream")
@@ -67,6 +68,19 @@ def exempt(connection):
     connection.execute_wrappers[:] = [
         w for w in connection.execute_wrappers if not isinstance(w, _Watch)
     ]
+
+
+def data_version(using):
+    """
+    SQLite's ``PRAGMA data_version`` on this thread's connection to ``using``: it
+    changes when another connection commits, so a reader that took it before a read
+    and finds it unchanged after knows that read saw every commit. None elsewhere.
+    """
+    conn = connections[using]
+    if conn.vendor != "sqlite":
+        return None
+    conn.ensure_connection()
+    return conn.connection.execute("PRAGMA data_version").fetchone()[0]
 
 
 def _connected(sender, connection, **kwargs):
