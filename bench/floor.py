@@ -2,8 +2,8 @@
 """
 The latency floor and the cost of capture (issue 16, "Also"), on SQLite, in one run.
 
-    .venv/bin/python bench/floor.py [--writes 200] [--rate 50] [--rounds 3]
-        [--cpu-writes 300] [--rows 5000] [--baseline-rev 3598f7a]
+    .venv/bin/python bench/floor.py [--writes 100] [--repeats 2] [--rate 50] [--rounds 3]
+        [--cpu-writes 150] [--alone-writes 3000] [--rows 5000] [--baseline-rev 3598f7a]
 
 One database of the demo's shape (``bench.startup.generate``: ``--rows`` synced rows,
 capture intact) is copied three times: for this checkout ("rindle"), for the code
@@ -15,7 +15,8 @@ transaction, stamped with ``time.monotonic()`` at its commit.
 
 1. ORM write -> subscriber frame, one subscriber of ``issuesPage {limit: 50}`` (the
    websocket client process of bench/ws.py, ``bench/ws_clients.py``), ``--writes``
-   writes at ``--rate``, for rindle and before:
+   writes at ``--rate`` per phase, ``--repeats`` phases per cell, rindle and before
+   in another order each time (the samples pooled):
    - same process: the write is made by the serving process (the POST);
    - another process: a Django process of its own makes the same ORM writes on the
      same file (``--child-writer``).
@@ -25,6 +26,9 @@ transaction, stamped with ``time.monotonic()`` at its commit.
    time (/proc) over the round / the writes. "plain" is Django without rindle
    (``FLOOR_PLAIN=1``: not installed, no triggers); rindle and before have capture
    and a started hub (a socket opened and closed before) with nothing subscribed.
+   Then the write alone: a Django process of each variant's code that only makes
+   ``--alone-writes`` ORM writes, its ``time.process_time()`` per write (the request
+   handling a server adds to every write is left out, so the capture's share shows).
 
 Targets (issue 16): same process p50 <= 1 ms, another process p50 <= 2 ms, CPU per
 write <= 1.1x plain. Results: bench/results/floor-<time>.json; figures:
@@ -47,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import interleaved, median, write_results  # noqa: E402
+from bench.common import interleaved, median, rotated, write_results  # noqa: E402
 from bench.startup import HOST, Daphne, env_for, free_port, generate  # noqa: E402
 from bench.ws import Clients, distribution, latencies, proc_cpu, steady  # noqa: E402
 
@@ -57,6 +61,7 @@ APP = "bench.floor_server:application"
 BASELINE_REV = "3598f7a"
 TARGETS = {"same_p50_s": 0.001, "other_p50_s": 0.002, "cpu_ratio": 1.1}
 VARIANTS = ("rindle", "before")
+WHERE = ("same", "other")
 
 
 def server_env(path, plain=False):
@@ -154,13 +159,29 @@ def latency_phase(served, args, tmpdir, where):
     (conn,) = json.loads(Path(path).read_text())["connections"]
     receipts = [r for r in conn["receipts"] if r[0] > 1 or r[1] > 0]  # not seq 0
     lat, missing = latencies(commits, receipts)
-    result = {**distribution(lat), "missing": missing, "writes": len(commits)}
+    result = distribution(lat)
     print(
         f"  {served.name:6} {where:5} process: p50 {ms(result['p50'])} ms, "
         f"p99 {ms(result['p99'])} ms ({missing} missing)",
         flush=True,
     )
-    return result
+    return lat, missing
+
+
+def latencies_interleaved(servers, args, tmpdir):
+    """Every latency phase ``--repeats`` times, the variants in another order each time."""
+    pooled = {(v, w): [] for v in VARIANTS for w in WHERE}
+    missing = dict.fromkeys(pooled, 0)
+    for rep in range(args.repeats):
+        for where in WHERE:
+            for v in rotated(list(VARIANTS), rep):
+                lat, miss = latency_phase(servers[v], args, tmpdir, where)
+                pooled[v, where].extend(lat)
+                missing[v, where] += miss
+    return {
+        v: {w: {**distribution(pooled[v, w]), "missing": missing[v, w]} for w in WHERE}
+        for v in VARIANTS
+    }
 
 
 def child_writes(env, args):
@@ -211,6 +232,41 @@ def cpu_phase(servers, args):
     return interleaved(list(servers), args.rounds, per_write, unit=" µs", label="CPU round")
 
 
+# The write alone, in a Django process of its own: its CPU time per ORM write.
+ALONE = """
+import json, sys, time
+import django
+django.setup()
+from bench.floor_server import orm_write
+n = int(sys.argv[1])
+for i in range(50):
+    orm_write(i, False)
+started = time.process_time()
+for i in range(n):
+    orm_write(100 + i, False)
+print(json.dumps((time.process_time() - started) / n))
+"""
+
+
+def alone_phase(servers, roots, args):
+    """µs of CPU per ORM write in a process that only writes, per variant."""
+
+    def per_write(name, _tag):
+        out = subprocess.run(
+            [sys.executable, "-c", ALONE, str(args.alone_writes)],
+            cwd=roots[name],
+            env=servers[name].env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{name}: the writing process failed:\n{out.stderr[-3000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1]) * 1e6
+
+    return interleaved(list(servers), args.rounds, per_write, unit=" µs", label="alone round")
+
+
 def start_hub(served):
     """Open and close one socket: the hub starts, and nothing stays subscribed."""
     clients = Clients(served.env)
@@ -240,8 +296,8 @@ def report(results, args):
     lat, cpu = results["latency"], results["cpu_us_per_write"]
     print()
     print(
-        f"SQLite, {args.writes} ORM writes at {args.rate:g}/s, 1 subscriber of issuesPage; "
-        f"before = {args.baseline_rev}"
+        f"SQLite, {args.repeats} x {args.writes} ORM writes at {args.rate:g}/s per cell, "
+        f"1 subscriber of issuesPage; before = {args.baseline_rev}"
     )
     print("variant | same process p50 / p99 | another process p50 / p99")
     for v in VARIANTS:
@@ -251,6 +307,11 @@ def report(results, args):
     plain = median(cpu["plain"])
     for v in ("plain", *VARIANTS):
         print(f"{v} | {median(cpu[v]):.0f} µs | {median(cpu[v]) / plain:.2f}x plain")
+    alone = results["alone_us_per_write"]
+    print(f"CPU per ORM write in a process that only writes, median of {args.rounds} rounds:")
+    for v in ("plain", *VARIANTS):
+        ratio = median(alone[v]) / median(alone["plain"])
+        print(f"{v} | {median(alone[v]):.0f} µs | {ratio:.2f}x plain")
     same, other = lat["rindle"]["same"]["p50"], lat["rindle"]["other"]["p50"]
     ratio = median(cpu["rindle"]) / plain
     print(
@@ -262,10 +323,12 @@ def report(results, args):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--writes", type=int, default=200, help="writes per latency phase (200)")
+    p.add_argument("--writes", type=int, default=100, help="writes per latency phase (100)")
+    p.add_argument("--repeats", type=int, default=2, help="latency phases per variant (2)")
     p.add_argument("--rate", type=float, default=50.0, help="latency writes per second (50)")
     p.add_argument("--rounds", type=int, default=3, help="CPU rounds (3)")
-    p.add_argument("--cpu-writes", type=int, default=300, help="writes per CPU round (300)")
+    p.add_argument("--cpu-writes", type=int, default=150, help="writes per CPU round (150)")
+    p.add_argument("--alone-writes", type=int, default=3000, help="writes per alone round")
     p.add_argument("--rows", type=int, default=5000, help="synced rows generated (5000)")
     p.add_argument("--baseline-rev", default=BASELINE_REV, help="the 'before' variant's code")
     p.add_argument("--child-writer", action="store_true", help=argparse.SUPPRESS)
@@ -299,14 +362,13 @@ def main(argv=None):
             servers[name] = Served(name, roots[name], env, tmpdir)
         for served in servers.values():
             served.wait_ready()
-        results = {"config": vars(args), "latency": {v: {} for v in VARIANTS}}
+        results = {"config": vars(args)}
         print("latency:", flush=True)
-        for where in ("same", "other"):
-            for v in VARIANTS:
-                results["latency"][v][where] = latency_phase(servers[v], args, tmpdir, where)
+        results["latency"] = latencies_interleaved(servers, args, tmpdir)
         for v in VARIANTS:
             start_hub(servers[v])
         results["cpu_us_per_write"] = cpu_phase(servers, args)
+        results["alone_us_per_write"] = alone_phase(servers, roots, args)
     finally:
         for served in servers.values():
             served.stop()
