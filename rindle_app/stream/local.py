@@ -105,7 +105,7 @@ class _Watch:
         raw = self.connection.connection
         before = raw.total_changes
         result = execute(sql, params, many, context)
-        if raw.total_changes - before > max(context["cursor"].rowcount, 0):
+        if raw.total_changes - before > max(context["cursor"].cursor.rowcount, 0):
             self._captured(raw)
         return result
 
