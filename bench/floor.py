@@ -3,7 +3,7 @@
 The latency floor and the cost of capture (issue 16, "Also"), on SQLite, in one run.
 
     .venv/bin/python bench/floor.py [--writes 100] [--repeats 2] [--rate 50] [--rounds 3]
-        [--cpu-writes 150] [--alone-writes 3000] [--rows 5000] [--baseline-rev 3598f7a]
+        [--cpu-writes 150] [--alone-writes 3000] [--rows 5000] [--baseline-rev 7aded0f]
 
 One database of the demo's shape (``bench.startup.generate``: ``--rows`` synced rows,
 capture intact) is copied three times: for this checkout ("rindle"), for the code
@@ -58,7 +58,7 @@ from bench.ws import Clients, distribution, latencies, proc_cpu, steady  # noqa:
 QUERY = {"queryId": 1, "name": "issuesPage", "args": {"limit": 50}, "mode": "normalized"}
 APP = "bench.floor_server:application"
 # main just before the same-process commit hook and the burst fixes
-BASELINE_REV = "3598f7a"
+BASELINE_REV = "7aded0f"
 TARGETS = {"same_p50_s": 0.001, "other_p50_s": 0.002, "cpu_ratio": 1.1}
 VARIANTS = ("rindle", "before")
 WHERE = ("same", "other")

@@ -235,8 +235,10 @@ class Hub:
         """
         Stop the hub. The teardown runs under the hub lock, so it never interleaves
         with a ``start()`` on another thread (which would leave a thread created but
-        not started, or a listener opened after its close); the join happens outside
-        the lock, since the hub thread may be waiting for it to finish its step.
+        not started, or a listener opened after its close), and once it returns no
+        committing thread is in a step of this hub or starts one (``stream.local``'s
+        listener is gone); the join happens outside the lock, since the hub thread
+        may be waiting for it to finish its step.
         """
         self._stop.set()
         self._wake.set()
