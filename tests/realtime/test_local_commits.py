@@ -136,7 +136,8 @@ async def test_a_closed_hub_is_not_called_by_later_commits(settings, transaction
         real = hub.step
         hub.step = lambda: steps.append(1) or real()
         await sync_to_async(User(id="c1", name="while open").save)()
-        assert steps
+        frames = await client.recv_until("progress", timeout=2)
+        assert added(frames) == [row("c1", "while open")] and steps
         await client.close()
     steps.clear()
     await sync_to_async(User(id="c2", name="after the close").save)()
