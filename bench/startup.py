@@ -132,13 +132,14 @@ def generate(path, rows):
 
 
 class Daphne:
-    def __init__(self, root, env, log_path, port):
+    """Daphne serving ``app`` from checkout ``root`` (bench/floor.py passes its own)."""
+
+    def __init__(self, root, env, log_path, port, app="project.asgi:application"):
         self.port = port
         self.log = open(log_path, "w")
         daphne = str(ROOT / ".venv" / "bin" / "daphne")
         self.proc = subprocess.Popen(
-            [daphne, "-b", HOST, "-p", str(port), "--access-log", os.devnull]
-            + ["project.asgi:application"],
+            [daphne, "-b", HOST, "-p", str(port), "--access-log", os.devnull, app],
             cwd=root,
             env=env,
             stdout=self.log,

@@ -20,9 +20,11 @@ class RindleConfig(AppConfig):
         )
         from .conf import rindle_settings
         from .signals import install_capture_after_migrate, install_sql_sandbox_after_migrate
+        from .stream import local
 
         autodiscover_modules(rindle_settings.MUTATORS_MODULE)
         autodiscover_modules(rindle_settings.QUERIES_MODULE)
         post_migrate.connect(install_capture_after_migrate, sender=self)
         post_migrate.connect(install_sql_sandbox_after_migrate, sender=self)
         metrics.register()
+        local.install()

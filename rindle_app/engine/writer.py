@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 from ..exceptions import CALLER_HOLDS_WRITE_LOCK, NESTED_WRITE, TIMEOUT
+from ..stream import local
 from . import capture
 from .errors import EngineClosed, InvalidInput, Overloaded, Unavailable
 from .tx import Tx
@@ -146,6 +147,9 @@ class Writer:
 
     def start(self):
         self._conn = connections.create_connection(self.using)
+        # Its commits reach readers through the change and commit listeners, not as
+        # "a commit of this process" (stream.local): that would read them again.
+        local.exempt(self._conn)
         self._conn.inc_thread_sharing()  # used by whichever thread holds the lock
         self._thread = threading.Thread(
             target=self._serve, name=f"rindle-writer-{self.using}", daemon=True

@@ -4,17 +4,22 @@ The drain: live queries of this process → per-connection frames.
 One ``Hub`` per engine keeps the catalog (``LiveQueries``) current and owns every
 websocket subscription of the process. A thread advances the catalog: it wakes on
 each commit of this process's engine (which hands its outbox rows over in
-process) and, for every other commit (a plain ORM write of this process, other
-processes), on SQLite when the database's ``-wal`` file reports the write
-(``stream/wake.py``, while anything is subscribed), on Postgres on a notification,
-and otherwise every ``POLL_INTERVAL``; where a wake-up runs, the poll is its safety
-net (every ``WAKE_POLL_INTERVAL``). On Postgres the tail reads only up to the
+process) and, for every other commit, on SQLite when the database's ``-wal`` file
+reports the write (``stream/wake.py``, while anything is subscribed), on Postgres
+on a notification, and otherwise every ``POLL_INTERVAL``; where a wake-up runs, the
+poll is its safety net (every ``WAKE_POLL_INTERVAL``). On SQLite a plain ORM write
+of this process does not wait for the file: its committing thread says so right
+after the commit (``stream/local.py``, ``_on_local_commit``). A read that a write
+notification caused is followed by reads until one finds nothing (``_catch_up``),
+so the last commit of a burst that landed meanwhile is not left for the next
+wake-up. On Postgres the tail reads only up to the
 published watermark (``stream.reader``), so the notification that matters is the watermarker's
 (``rindle_watermark``: safe_seq moved); a tail that cannot go on (below the
 retention horizon, another epoch) re-hydrates and every subscriber is told to
 re-subscribe (``_resnapshot``), as on a schema change. On SQLite a commit of this
-process is usually applied by the committing thread itself, right after the
-commit, when the hub is free (``_on_commit``). For each commit it encodes each
+process, the engine's or a plain ORM write's, is usually applied by the
+committing thread itself, right after the commit, when the hub is free
+(``_on_commit``, ``_on_local_commit``). For each commit it encodes each
 changed query's ops once, wraps them per subscriber (queryId, epoch, seq), appends
 one ``progress`` per connection that received data, and hands every connection
 its frames.
@@ -43,15 +48,16 @@ else waits for it.
 Threading model. The hub's state (the catalog, ``conns``, every ``Conn`` field the
 hub writes, the encodings, the outgoing hand-overs) is touched only under
 ``Hub.lock``, by whichever thread holds it: the hub thread (``_run``: woken by a
-commit, a notification, the watcher or the poll), the committing thread on SQLite (``_on_commit``,
-which steps only when the lock is free and this thread does not already hold it,
-as a thread-local flag says), and the worker threads the consumer calls through
-(``connect``, ``subscribe``, ``hold``/``release``, ``disconnect``). Frames leave the
-lock only through ``loop.call_soon_threadsafe``, so a connection's event loop is
-the only thread that writes to its socket and to ``Conn.sent``. The listener thread
+commit, a notification, the watcher or the poll), the committing thread on SQLite
+(``_on_commit``, ``_on_local_commit``, which step only when the lock is free and this
+thread does not already hold it, as a thread-local flag says), and the worker
+threads the consumer calls through (``connect``, ``subscribe``, ``hold``/``release``,
+``disconnect``). Frames leave the lock only through ``loop.call_soon_threadsafe``, so
+a connection's event loop is the only thread that writes to its socket and to
+``Conn.sent``. The listener thread
 (``stream/notify.py``, PostgreSQL) and the watcher thread (``stream/wake.py``,
 SQLite; armed under the lock while anything is subscribed, held after each commit
-of the engine) only set the wake event. On SQLite the step and the JSON encoding
+of this process) only set the wake event. On SQLite the step and the JSON encoding
 stay on the committing thread, right after its commit, while it still holds the
 writer: handing them to the hub thread was measured and is slower (bench/README.md,
 "2026-11-30: the hub thread is slower than polling inline": about two thirds of the
@@ -80,11 +86,17 @@ from ..exceptions import (
 )
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
-from ..stream import wake
+from ..stream import local, wake
 from ..stream.notify import WATERMARK_CHANNEL, Listener
 from . import limits, wire
 
 logger = logging.getLogger("rindle.realtime")
+
+# After a read that a write notification caused, the hub reads again until a read
+# finds nothing new, so a commit that landed during the read is applied with it
+# rather than on the next wake-up; past this many reads in a row the hub thread
+# goes on (a steady stream of commits is a busy hub, not a burst).
+CATCH_UP_READS = 8
 
 
 @dataclass(eq=False)
@@ -203,6 +215,10 @@ class Hub:
                 # Commits the engine did not make wake the hub as they are written,
                 # while anything is subscribed (``_watch``); the poll is a safety net.
                 self._watcher = wake.watch(self.engine.using, self._since, self._wake.set)
+                # This process's own commits (a plain ORM save) are applied by the
+                # committing thread right after they commit; the watcher stays for
+                # other processes and as the safety net.
+                local.add_listener(self.engine.using, self._on_local_commit)
             if self._listener is not None or self._watcher is not None:
                 safety = float(rindle_settings.WAKE_POLL_INTERVAL)
                 self.poll_interval = max(self.poll_interval, safety)
@@ -219,12 +235,15 @@ class Hub:
         """
         Stop the hub. The teardown runs under the hub lock, so it never interleaves
         with a ``start()`` on another thread (which would leave a thread created but
-        not started, or a listener opened after its close); the join happens outside
-        the lock, since the hub thread may be waiting for it to finish its step.
+        not started, or a listener opened after its close), and once it returns no
+        committing thread is in a step of this hub or starts one (``stream.local``'s
+        listener is gone); the join happens outside the lock, since the hub thread
+        may be waiting for it to finish its step.
         """
         self._stop.set()
         self._wake.set()
         with self.lock:
+            local.remove_listener(self.engine.using, self._on_local_commit)
             self.engine.remove_commit_listener(self._on_commit)
             self.engine.remove_schema_listener(self._on_schema_change)
             if self.live is not None:
@@ -253,17 +272,64 @@ class Hub:
         """
         if self._watcher is not None:  # its page writes need not wake the watcher
             self._watcher.hold()
+        if not (self._step_inline and self._step_here(self.step)):
+            self._wake.set()
+
+    def _on_local_commit(self):
+        """
+        A transaction of this process that captured changes committed (a plain ORM
+        write, not the engine's: ``stream/local.py``), on the committing thread, right
+        after the commit. As for the engine's commits, the step runs right here when
+        the hub is free, and otherwise the hub thread is woken; unlike them it reads
+        the outbox (above the catalog's version, so nothing is applied twice), then
+        reads again until a read finds nothing (``_catch_up``). With nothing
+        subscribed nothing is read: a subscription catches up first (``_watch``).
+        """
+        live = self.live
+        if self._stop.is_set() or live is None or not live.catalog.queries:
+            return
+        if self._watcher is not None:  # its page writes need not wake the watcher
+            self._watcher.hold()
+        if not self._step_here(self._catch_up):
+            self._wake.set()
+
+    def _step_here(self, step):
+        """
+        Run ``step`` on this thread if the hub is free and this thread does not hold
+        it already; True when it ran (else the caller wakes the hub thread).
+        """
         lock = self.lock
-        if self._step_inline and not lock.held() and lock.acquire(blocking=False):
-            try:
-                if not self._stop.is_set():
-                    self.step()
-                return
-            except Exception:  # the hub thread retries from the same version
-                logger.exception("rindle hub: step on the committing thread failed")
-            finally:
-                lock.release()
-        self._wake.set()
+        if lock.held() or not lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._stop.is_set():
+                step()
+            return True
+        except Exception:  # the hub thread retries from the same version
+            logger.exception("rindle hub: step on the committing thread failed")
+            return False
+        finally:
+            lock.release()
+
+    def _catch_up(self):
+        """
+        ``step()`` until a read finds nothing new: commits that landed while the
+        previous one read are applied now, not on the next wake-up. On SQLite a read
+        after which ``PRAGMA data_version`` has not moved saw every commit, so the
+        read that would find nothing is spared. At most ``CATCH_UP_READS`` reads;
+        past them the hub thread is woken to go on.
+        """
+        using = self.engine.using
+        with self.lock:
+            for _ in range(CATCH_UP_READS):
+                before = self.catalog.version
+                mark = local.data_version(using)
+                self.step()
+                if self.catalog.version == before:
+                    return
+                if mark is not None and local.data_version(using) == mark:
+                    return  # SQLite: nothing committed since the read began, so it saw all
+            self._wake.set()
 
     def _on_schema_change(self, table):
         """
@@ -297,12 +363,15 @@ class Hub:
     def _run(self):
         try:
             while not self._stop.is_set():
-                self._wake.wait(self.poll_interval)
+                woken = self._wake.wait(self.poll_interval)
                 self._wake.clear()
                 if self._stop.is_set():
                     break
                 try:
-                    self.step()
+                    if woken:  # a write notification: its burst may still be landing
+                        self._catch_up()
+                    else:
+                        self.step()
                     self._unwatch_if_idle()
                 except Exception:  # keep serving; the next step retries from the same version
                     logger.exception("rindle hub: step failed")

@@ -22,9 +22,13 @@ polling (the thread sleeps in ``select`` until the kernel reports a write).
 A commit writes its pages to the file one by one and becomes visible to readers just
 after the last (SQLite updates the WAL index then), so the watcher reads once the
 writes have been quiet for a moment (``QUIET_SECONDS``), sleeping rather than being
-woken by every page, and a read that finds nothing new is repeated a few times
-(``LATE_READS``), in case the writer was preempted between its last write and the
-index update: a commit always wakes its reader, even when the watcher ran in between.
+woken by every page, and the read is repeated a few times (``LATE_READS``), in case
+the writer was preempted between its last write and the index update: a commit
+always wakes its reader, even when the watcher ran in between. That holds when the
+first read found a commit too: the pages it drained may be the next commit's, the
+last of a burst, which the kernel reports only once. A late read that finds a
+commit ends the schedule: SQLite has one writer at a time, so only the newest of
+the drained commits can still be invisible, and any later one writes pages anew.
 
 The engine's own commits are applied by the hub on the committing thread; their
 pages would wake the watcher for nothing, so each one ``hold()``s it for a moment
@@ -66,9 +70,9 @@ MODES = ("inotify", "poll")
 # A commit writes its pages to the -wal file one by one and becomes visible just after
 # the last (SQLite updates the WAL index then). So the watcher reads the outbox once
 # the writes have been quiet for QUIET_SECONDS (at most BURST_MAX_SECONDS after the
-# first), and when that read finds nothing, again LATE_READS seconds after it, in
-# case the writer was preempted between its last write and the index update (then
-# by about a scheduler time slice). A new write restarts the schedule.
+# first), and again LATE_READS seconds after it, in case the writer was preempted
+# between its last write and the index update (then by about a scheduler time slice).
+# A new write restarts the schedule.
 QUIET_SECONDS = 0.0001
 BURST_MAX_SECONDS = 0.002
 LATE_READS = (0.001, 0.005, 0.02)
@@ -316,15 +320,20 @@ class CommitWatcher:
                 elif held:  # the hold ended (or the watcher was just armed): read once
                     if time.monotonic() >= self._held_until:  # (else it was extended)
                         written = self._drain()
-                        found = self._check(False)
-                        # late reads only for writes made during the hold: an earlier
-                        # commit is visible by now
-                        late = self._late_reads() if written and not found else []
+                        self._check(False)
+                        # late reads only for writes made during the hold (an earlier
+                        # commit is visible by now), even when this read found one:
+                        # the last commit of a burst may not be visible yet
+                        late = self._late_reads() if written else []
                 elif self._inotify.fd in ready:
                     if self._drain():  # each write restarts the schedule
                         if self._quiet():
                             continue  # the writer holds the events: its hold ends with a read
-                        late = [] if self._check(False) else self._late_reads()
+                        # Late reads even when this one found a commit: the pages
+                        # just drained may be a later commit's, not visible yet, and
+                        # they will not be reported again.
+                        self._check(False)
+                        late = self._late_reads()
                 elif late and time.monotonic() >= late[0]:
                     late.pop(0)
                     if self._check(True):

@@ -150,6 +150,34 @@ def test_a_hold_leaves_the_events_unread_and_ends_with_one_read(watched):
     assert recorder.wait(1.0), "the read at the end of the hold did not find the commit"
 
 
+def test_the_last_commit_of_a_burst_wakes_even_when_the_first_read_found_an_earlier_one(watched):
+    """
+    Two commits written during a hold, the second not yet visible to the read that
+    ends it (its writer preempted before the WAL index update): its pages were
+    drained, so no event will report it again, and a late read must.
+    """
+    db, watcher, recorder = watched
+    watcher.arm()
+    applied(db, watcher, recorder)
+    real, seen = watcher._newest, []
+    watcher.hold(0.3)
+    first = db.capture()
+    last = db.capture()
+
+    def newest():
+        seen.append(first if not seen else real())
+        return seen[-1]
+
+    def apply():  # the reader applies what the read saw
+        recorder.version = seen[-1]
+        recorder()
+
+    watcher._newest, watcher.on_commit = newest, apply
+    assert recorder.wait(1.0), "the read at the end of the hold found nothing"
+    assert recorder.wait(1.0), "the burst's last commit was left for the next write"
+    assert recorder.version == last
+
+
 def test_a_hold_with_nothing_written_meanwhile_costs_one_read(watched):
     """The engine's own commit: its pages were read before the hold; one read after."""
     db, watcher, recorder = watched
