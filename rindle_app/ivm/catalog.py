@@ -170,6 +170,36 @@ class Catalog:
             self._index(shared)
         return shared
 
+    def read_ahead(self, ast, budget=None):
+        """
+        Read, without the caller's lock, what registering ``ast`` will read (its
+        hydration, walked on a scratch store: ``PartitionStore.read_ahead``), so the
+        locked ``register`` that follows ``install_ahead`` finds it resident. None when
+        there is nothing to read ahead: the query is registered already, is not
+        valid (``register`` says why), or the store reads nothing (a ``MemoryStore``).
+        Reads only ``queries`` (one membership test) of the catalog's state.
+        """
+        reader = getattr(self.store, "read_ahead", None)
+        if reader is None:
+            return None
+        try:
+            query = parse(ast, self.schema)
+        except QueryError:
+            return None
+        key = query_key(query)
+        if query.aggregate is not None or key in self.queries:
+            return None
+        ahead = reader(lambda store: View(query, store).hydrate(budget))
+        if ahead is not None:
+            ahead.key = key
+        return ahead
+
+    def install_ahead(self, ahead):
+        """Under the lock: install a ``read_ahead`` before its ``register`` (see the store)."""
+        if ahead is None or ahead.key in self.queries:
+            return None
+        return self.store.install_ahead(ahead)
+
     def attach(self, key, subscriber):
         """Attach a subscriber; returns its seq-0 ops (the footprint, as adds)."""
         shared = self.queries[key]

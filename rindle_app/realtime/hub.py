@@ -356,11 +356,17 @@ class Hub:
         Attach ``conn``'s ``query_id`` to the shared query of ``ast`` and queue its
         hello, seq 0 and a releasing progress. A re-subscribe of the same queryId
         replaces the old subscription under the next epoch. Raises ``QueryError``.
+
+        A new shape's database reads (and the sorts of its windows' partitions) run
+        first, WITHOUT the lock (``_read_ahead``), so other sockets' frames and the
+        commits wait only for installing them and building the view from memory.
         """
+        ahead = self._read_ahead(conn, ast)
         with self.lock:
             if conn.closed:
                 return None
             self._watch()
+            self.catalog.install_ahead(ahead)  # corrected to the version reached meanwhile
             limits.check_subscriptions(conn, query_id)
             limits.check_footprint(self.catalog, conn, replacing=query_id)
             old = conn.subs.pop(query_id, None)
@@ -396,6 +402,23 @@ class Hub:
             self._deliver(conn, [hello, data, wire.progress(cv)])
             self._dispatch()
             return sub
+
+    def _read_ahead(self, conn, ast):
+        """
+        Outside the lock: read what registering ``ast`` will read, at the catalog's
+        version of this moment (``Catalog.read_ahead``); ``subscribe`` installs it
+        under the lock, corrected to the version the catalog has reached by then.
+        Nothing here is needed for correctness: on any failure the locked build
+        reads for itself, and reports what went wrong.
+        """
+        live = self.live
+        if live is None or conn.closed:
+            return None
+        try:
+            return live.catalog.read_ahead(ast, limits.footprint_cap())
+        except Exception:  # the locked build meets the same error and answers it
+            logger.debug("rindle hub: reading ahead of a subscription failed", exc_info=True)
+            return None
 
     @contextlib.contextmanager
     def _refusing(self, sub):
