@@ -39,7 +39,8 @@ loaded again, at the version of that moment. Memory therefore follows what the
 live queries read, not the size of the tables.
 """
 
-from collections import OrderedDict
+import weakref
+from collections import OrderedDict, deque
 
 from sortedcontainers import SortedKeyList
 
@@ -57,6 +58,13 @@ _FIRST_PAGE, _LAST_PAGE = 64, 4096
 _RUN_ROWS = 2 * _LAST_PAGE
 # Keys one prefetch read asks for at most (one IN list).
 _PREFETCH_KEYS = 500
+# While a read ahead is out, the commits applied meanwhile are kept (up to about
+# this many changes) so it can be brought forward to the store's version; past it,
+# what it read is read again under the lock.
+_LOG_CHANGES = 20_000
+# A row whose image at the version a correction starts from is not known (one the
+# read returned, no change named before): it is found in its read by primary key.
+_UNKNOWN = object()
 
 
 class _Run:
@@ -131,11 +139,12 @@ class _RunRead:
 class Ahead:
     """What ``PartitionStore.read_ahead`` read: partitions, orders and runs at ``version``."""
 
-    def __init__(self, origin, scratch, generation):
+    def __init__(self, origin, generation):
         self.origin = origin  # the store it was read for
-        self.scratch = scratch  # the store the walk read into, at ``version``
-        self.version = scratch.version
+        self.scratch = None  # the store the walk read into, at ``version``
+        self.version = None
         self.generation = generation
+        self.key = None  # the query it was read for (set by ``Catalog.read_ahead``)
         self.installed = 0  # partitions and runs install_ahead took (the tests read it)
         self.skipped = 0  # reads it could not correct to the store's version
 
@@ -160,6 +169,9 @@ class PartitionStore(KeyedStore):
         self.loads = 0  # partitions and pages read from the database
         self.generation = 0  # bumped by drop() and clear(): a read ahead of them is stale
         self._reads = None  # a read ahead's scratch store records its reads here
+        self._pending = weakref.WeakSet()  # reads ahead not installed (or dropped) yet
+        self._log = deque()  # (version before, version after, changes) while any is out
+        self._logged = 0  # changes in _log
 
     # --- reading ----------------------------------------------------------------------
 
@@ -271,19 +283,23 @@ class PartitionStore(KeyedStore):
         walk refused by its budget keeps what it read: the locked build reads the
         same rows first, and refuses again.
         """
-        generation = self.generation
-        scratch = PartitionStore(
+        ahead = Ahead(self, self.generation)
+        # Out BEFORE the version is read: every commit applied after that is logged.
+        self._pending.add(ahead)
+        scratch = ahead.scratch = PartitionStore(
             self.schema, self.source, max_rows=self.max_rows, vendor=self.vendor
         )
         scratch.start(self.version)
+        ahead.version = scratch.version
         scratch._reads = []
         try:
             walk(scratch)
         except LimitExceeded:
             pass
         except ResnapshotRequired:
+            self._pending.discard(ahead)
             return None
-        return Ahead(self, scratch, generation)
+        return ahead
 
     def install_ahead(self, ahead):
         """
@@ -299,6 +315,7 @@ class PartitionStore(KeyedStore):
         """
         if ahead is None:
             return None
+        self._pending.discard(ahead)
         since, to = ahead.version, self.version
         if ahead.origin is not self or ahead.generation != self.generation or to < since:
             ahead.skipped += 1
@@ -313,10 +330,31 @@ class PartitionStore(KeyedStore):
         self._evict(keep=None)
         return ahead
 
+    def _catch_up(self, table, later, touched, cover, since, to):
+        """
+        The moves that bring one read ahead from ``since`` (V0) to ``to`` (V), or None
+        when it cannot be. Up to its cover, the changes the read holds are undone to
+        V; past it (commits applied after the read), the commits the store logged
+        meanwhile are applied over it, whole: each key ends at its last image in them.
+        """
+        stop = min(cover, to)
+        forward = None
+        if stop < to:
+            batches = [b for b in self._log if b[1] > stop]
+            if not batches or batches[0][0] > stop:
+                return None  # the log does not reach back to the read
+            forward = {}
+            pk = self.pk
+            for _since, _version, changes in batches:
+                for name, old, new in changes:
+                    if name == table:
+                        if old is not None:
+                            forward[pk(table, old)] = None
+                        if new is not None:
+                            forward[pk(table, new)] = new
+        return self._correct(table, later, touched, since, stop, forward)
+
     def _install_read(self, scratch, read, since, to, ahead):
-        if read.cover < to:
-            ahead.skipped += 1
-            return
         table, columns = read.table, read.columns
         index = self._lookups.setdefault(table, {}).setdefault(columns, {})
         todo = [k for k in read.buckets if k not in index]
@@ -329,7 +367,10 @@ class PartitionStore(KeyedStore):
             by_key = {
                 k: sorted_[k] for k, b in read.buckets.items() if k in sorted_ and held.get(k) is b
             }
-        moves = self._correct(table, read.later, read.touched, since, to)
+        moves = self._catch_up(table, read.later, read.touched, read.cover, since, to)
+        if moves is None:
+            ahead.skipped += 1
+            return
         if moves:  # on every bucket of the read: the moves of a key stay within the read
             self._place(columns, read.buckets, moves, by_key)
         for k in todo:
@@ -345,21 +386,23 @@ class PartitionStore(KeyedStore):
     def _install_run(self, record, since, to, ahead):
         table, name = record.table, record.name
         runs = self._runs.setdefault(table, {})
+        if name in runs or not record.pages:
+            return
         pages = []
-        for read in record.pages:  # a prefix the store's version is within the cover of
-            if read.cover < to:
+        for read in record.pages:  # the prefix that can be brought to V
+            moves = self._catch_up(table, read.later, read.touched, read.cover, since, to)
+            if moves is None:
                 ahead.skipped += 1
                 break
-            pages.append(read)
-        if name in runs or not pages:
-            return
-        run = runs[name] = _Run(order_key(record.order_by), record.where, record.origin)
-        self._resident[(table, None, name)] = None
-        for read in pages:
-            moves = self._correct(table, read.later, read.touched, since, to)
             page = read.page
             if moves:
                 page = read.correct({self.pk(table, r): r for r in page}, moves)
+            pages.append((read, page))
+        if not pages:
+            return
+        run = runs[name] = _Run(order_key(record.order_by), record.where, record.origin)
+        self._resident[(table, None, name)] = None
+        for read, page in pages:
             self._extend(table, run, read, page)
         ahead.installed += 1
 
@@ -370,7 +413,15 @@ class PartitionStore(KeyedStore):
         self._fresh = {}
         for table, old, new in changes:
             self.apply(table, old, new)
-        self.version = version
+        since, self.version = self.version, version
+        if self._pending:  # a read ahead is out: installing it may need these changes
+            self._log.append((since, version, changes))
+            self._logged += len(changes)
+            while self._logged > _LOG_CHANGES and len(self._log) > 1:
+                self._logged -= len(self._log.popleft()[2])
+        elif self._log:
+            self._log.clear()
+            self._logged = 0
 
     def start(self, version):
         """Stand at ``version`` with nothing resident (a new or re-hydrated catalog)."""
@@ -488,22 +539,31 @@ class PartitionStore(KeyedStore):
         key: {pk: row}} of one read, and their ordered lists ``by_key``, {index key:
         {order_by: SortedKeyList}}): a row leaves its key's bucket, its image joins
         the bucket of its own key when that key was read. A read of one key holds
-        every row it returned, so there a row leaves that bucket whatever its key.
+        every row it returned, so there a row leaves that bucket whatever its key;
+        a row whose image before is ``_UNKNOWN`` is looked for in every bucket.
         """
-        only = next(iter(buckets.values())) if len(buckets) == 1 else None
+        only = next(iter(buckets)) if len(buckets) == 1 else None
         for pk, before, after in moves:
-            if before is not None:
-                k = index_key(before, columns)
-                bucket = only if only is not None else buckets.get(k)
+            if before is _UNKNOWN:  # somewhere in the read, or not in it at all
+                homes = [only] if only is not None else [k for k, b in buckets.items() if pk in b]
+            elif before is not None:
+                homes = [only if only is not None else index_key(before, columns)]
+            else:
+                homes = ()
+            for k in homes:
+                bucket = buckets.get(k)
                 stored = None if bucket is None else bucket.pop(pk, None)
                 if stored is not None and by_key:
-                    _unorder(by_key, k if only is None else next(iter(buckets)), stored)
+                    _unorder(by_key, k, stored)
             if after is not None:
                 k = index_key(after, columns)
                 bucket = buckets.get(k)
                 if bucket is not None:
+                    stored = bucket.get(pk)
                     bucket[pk] = after
                     if by_key:
+                        if stored is not None:
+                            _unorder(by_key, k, stored)
                         for ordered in by_key.get(k, {}).values():
                             ordered.add(after)
 
@@ -634,7 +694,7 @@ class PartitionStore(KeyedStore):
         self.loads += 1
         return read
 
-    def _correct(self, table, later, raw, since, to):
+    def _correct(self, table, later, raw, since, to, forward=None):
         """
         THE correction of a read (see the module), for every path that reads: the
         rows whose image differs between standing at ``since`` (None: as read, the
@@ -644,7 +704,9 @@ class PartitionStore(KeyedStore):
         above ``since`` and ``to``. Per key, seq order is commit order, so a key's
         image at a version is the ``old`` image of its first change above it (None:
         its first change above it is an insert), and a key no change above it names
-        is as read. ``to`` must be at most the read's cover (see ``install_ahead``).
+        is as read. ``to`` must be at most the read's cover (see ``install_ahead``);
+        ``forward`` ({pk: image or None}: commits after ``to``, applied over it) then
+        moves the rows on past it.
         """
         pk_of = self.pk
         images = []
@@ -661,11 +723,14 @@ class PartitionStore(KeyedStore):
             images.append(touched)
         was, now = images
         moves = []
-        for pk in {**was, **now}:
-            before = was[pk] if pk in was else raw.get(pk)
+        for pk in {**was, **now, **(forward or {})}:
+            before = was[pk] if pk in was else raw.get(pk, _UNKNOWN if forward else None)
             after = now[pk] if pk in now else raw.get(pk)
+            copy = pk in now
+            if forward and pk in forward:
+                after, copy = forward[pk], True
             if before is not after:
-                moves.append((pk, before, after if after is None or pk not in now else dict(after)))
+                moves.append((pk, before, after if after is None or not copy else dict(after)))
         return moves
 
     def _evict(self, keep):
