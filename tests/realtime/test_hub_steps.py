@@ -7,12 +7,14 @@ makes a write wait, and the hub thread applies the commit once it is free. On
 Postgres the hub thread always does.
 """
 
+import json
 import threading
 import time
 
 import pytest
 
 from rindle_app.realtime.hub import get_hub
+from rindle_app.testing import fresh_result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,3 +110,67 @@ def test_a_step_that_fails_on_the_committing_thread_is_retried_by_the_hub(live):
         time.sleep(0.01)
     assert hub.catalog.version == cv
     assert failed == [threading.get_ident()]
+
+
+class _Loop:
+    """A connection's event loop, standing in: each hand-over runs at once."""
+
+    def call_soon_threadsafe(self, callback, *args):
+        callback(*args)
+
+
+READ_SECONDS = 0.6
+
+
+def test_a_new_shapes_database_read_holds_no_lock_other_sockets_wait_for(live, monkeypatch):
+    """
+    A new shape's first read is made to take 0.6 s. Meanwhile a write commits and
+    an already-subscribed socket gets its frame at once (it waited for the whole
+    read before: the read ran under the hub's lock, and so did every commit). The
+    new subscription's seq 0 is then the database at its cv, the write included,
+    though the write committed after its rows were read.
+    """
+    from rindle_app.stream.partitions import PartitionSource
+
+    hub = _quiet_hub(live)
+    for n in range(5):
+        _write_user(live, f"u{n}")
+    loop = _Loop()
+    other, late = [], []
+    watching = hub.connect("watching", loop, other.extend)
+    hub.subscribe(watching, 1, {"table": "user", "orderBy": [["name", "asc"]]}, "normalized")
+    reading = threading.Event()
+    real = PartitionSource.read
+
+    def slow_read(source, table, sql, params, version):
+        if table.name == "user" and threading.current_thread().name == "new-shape":
+            if not reading.is_set():
+                reading.set()
+                time.sleep(READ_SECONDS)
+        return real(source, table, sql, params, version)
+
+    monkeypatch.setattr(PartitionSource, "read", slow_read)
+    newcomer = hub.connect("newcomer", loop, late.extend)
+    shape = {"table": "user", "orderBy": [["id", "desc"]], "limit": 3}
+    subscriber = threading.Thread(
+        target=hub.subscribe, args=(newcomer, 1, shape, "normalized"), name="new-shape"
+    )
+    subscriber.start()
+    try:
+        assert reading.wait(5)
+        other.clear()
+        started = time.monotonic()
+        cv = _write_user(live, "u9")
+        deadline = started + 5
+        while not any(f'"cv":{cv}' in f for f in other) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        waited = time.monotonic() - started
+    finally:
+        subscriber.join(10)
+    assert any(f'"cv":{cv}' in f for f in other)
+    assert waited < READ_SECONDS / 3, f"the other socket's frame waited {waited * 1000:.0f} ms"
+    seq0 = next(json.loads(f) for f in late if f.startswith('{"t":"nbatch"'))
+    assert seq0["batch"]["cv"] >= cv
+    shared = hub.catalog.queries[newcomer.subs[1].key]
+    assert [row["id"] for row in shared.view.rows()] == ["u9", "u4", "u3"]
+    assert shared.view.result() == fresh_result(live, shared.query)
