@@ -24,7 +24,7 @@ from ..exceptions import UNSUPPORTED, ResnapshotRequired
 from .ast import QueryError, parse, query_key, subqueries, to_json
 from .evaluate import Evaluator
 from .store import MemoryStore, index_key
-from .view import StoreSource, View, root_guard
+from .view import StoreSource, View, root_guard, too_large
 
 logger = logging.getLogger("rindle.ivm")
 
@@ -191,13 +191,21 @@ class Catalog:
             return None
         ahead = reader(lambda store: View(query, store).hydrate(budget))
         if ahead is not None:
-            ahead.key = key
+            ahead.key, ahead.budget = key, budget
         return ahead
 
-    def install_ahead(self, ahead):
-        """Under the lock: install a ``read_ahead`` before its ``register`` (see the store)."""
+    def install_ahead(self, ahead, budget=None):
+        """
+        Under the lock: install a ``read_ahead`` before its ``register`` (see the
+        store). A walk already refused past its budget, when ``budget`` (what the
+        register would be allowed) is no larger, is refused here at once
+        (``LimitExceeded``): its view exceeded that many rows at the version read,
+        and building it again would only read it again, under the lock.
+        """
         if ahead is None or ahead.key in self.queries:
             return None
+        if ahead.refusal is not None and budget is not None and budget <= ahead.budget:
+            raise too_large(budget)
         return self.store.install_ahead(ahead)
 
     def attach(self, key, subscriber):

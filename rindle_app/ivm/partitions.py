@@ -145,6 +145,8 @@ class Ahead:
         self.version = None
         self.generation = generation
         self.key = None  # the query it was read for (set by ``Catalog.read_ahead``)
+        self.budget = None  # the walk's budget (set by ``Catalog.read_ahead``)
+        self.refusal = None  # the LimitExceeded the walk stopped at, if it did
         self.installed = 0  # partitions and runs install_ahead took (the tests read it)
         self.skipped = 0  # reads it could not correct to the store's version
 
@@ -281,7 +283,8 @@ class PartitionStore(KeyedStore):
         it is in the rows). Returns an ``Ahead`` for ``install_ahead``, or None when
         nothing can be read ahead (below the horizon: the locked read says so). A
         walk refused by its budget keeps what it read: the locked build reads the
-        same rows first, and refuses again.
+        same rows first, and refuses again (``Catalog.install_ahead`` refuses at
+        once instead).
         """
         ahead = Ahead(self, self.generation)
         # Out BEFORE the version is read: every commit applied after that is logged.
@@ -294,8 +297,8 @@ class PartitionStore(KeyedStore):
         scratch._reads = []
         try:
             walk(scratch)
-        except LimitExceeded:
-            pass
+        except LimitExceeded as exc:
+            ahead.refusal = exc
         except ResnapshotRequired:
             self._pending.discard(ahead)
             return None

@@ -366,7 +366,6 @@ class Hub:
             if conn.closed:
                 return None
             self._watch()
-            self.catalog.install_ahead(ahead)  # corrected to the version reached meanwhile
             limits.check_subscriptions(conn, query_id)
             limits.check_footprint(self.catalog, conn, replacing=query_id)
             old = conn.subs.pop(query_id, None)
@@ -375,6 +374,9 @@ class Hub:
             epoch = conn.epochs.get(query_id, 0) + 1
             conn.epochs[query_id] = epoch
             budget = limits.footprint_budget(self.catalog, conn, query_id)
+            # What was read ahead, corrected to the version reached meanwhile (or
+            # refused at once, when it was read past the budget).
+            self.catalog.install_ahead(ahead, budget)
             try:
                 shared = self.catalog.register(ast, budget)
             except ResnapshotRequired as exc:  # its partitions are below the horizon

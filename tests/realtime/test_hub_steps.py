@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from rindle_app.exceptions import LimitExceeded
 from rindle_app.realtime.hub import get_hub
 from rindle_app.testing import fresh_result
 
@@ -174,3 +175,79 @@ def test_a_new_shapes_database_read_holds_no_lock_other_sockets_wait_for(live, m
     shared = hub.catalog.queries[newcomer.subs[1].key]
     assert [row["id"] for row in shared.view.rows()] == ["u9", "u4", "u3"]
     assert shared.view.result() == fresh_result(live, shared.query)
+
+
+def test_a_new_shape_reads_nothing_under_the_hub_lock_and_a_too_large_one_is_refused(
+    live, monkeypatch, settings
+):
+    """
+    New shapes of every kind (a window over a whole table with its subtrees, a
+    guarded window, a detail by primary key) are subscribed: not one of their
+    database reads runs while the subscribing thread holds the hub's lock, and each
+    seq 0 equals SQL. A query over the socket's footprint budget is refused, its
+    reads made outside the lock too, and not read a second time under it.
+    """
+    from project.demo.models import Comment, Issue, User
+    from rindle_app.stream.partitions import PartitionSource
+    from tests.support.demo import issue
+    from tests.support.wire import rel, simple
+
+    User.objects.bulk_create([User(id=f"u{n}", name=f"User {n}") for n in range(60)])
+    Issue.objects.bulk_create(
+        [issue(f"i{n}", owner=f"u{n % 3}", created=float(n)) for n in range(40)]
+    )
+    Comment.objects.bulk_create(
+        [
+            Comment(id=f"c{n}", issue_id=f"i{n % 40}", author_id="u1", body="x", created_at=n)
+            for n in range(80)
+        ]
+    )
+    hub = _quiet_hub(live)
+    real, reads = PartitionSource.read, []
+
+    def read(source, table, sql, params, version):
+        reads.append((table.name, hub.lock.held()))
+        return real(source, table, sql, params, version)
+
+    monkeypatch.setattr(PartitionSource, "read", read)
+    comments = rel(["id"], ["issueId"], {"table": "comment", "alias": "comments"})
+    owner = rel(["ownerId"], ["id"], {"table": "user", "alias": "owner", "one": True})
+    shapes = [
+        {
+            "table": "issue",
+            "orderBy": [["createdAt", "desc"]],
+            "limit": 5,
+            "related": [comments, owner],
+        },
+        {
+            "table": "issue",
+            "where": simple("ownerId", "=", "u1"),
+            "orderBy": [["createdAt", "asc"]],
+            "limit": 4,
+        },
+        {
+            "table": "issue",
+            "where": simple("id", "=", "i7"),
+            "one": True,
+            "orderBy": [["id", "asc"]],
+            "related": [comments],
+        },
+    ]
+    conn = hub.connect("c", _Loop(), lambda frames: None)
+    for query_id, shape in enumerate(shapes, 1):
+        reads.clear()
+        sub = hub.subscribe(conn, query_id, shape, "normalized")
+        assert reads and not [name for name, locked in reads if locked], shape
+        shared = hub.catalog.queries[sub.key]
+        assert shared.view.result() == fresh_result(live, shared.query)
+
+    settings.RINDLE = {**settings.RINDLE, "WS_MAX_FOOTPRINT_ROWS": 40}
+    reads.clear()
+    built, register = [], hub.catalog.register
+    hub.catalog.register = lambda ast, budget=None: built.append(ast) or register(ast, budget)
+    with pytest.raises(LimitExceeded) as refused:
+        hub.subscribe(conn, 9, {"table": "user", "orderBy": [["name", "asc"]]}, "normalized")
+    assert refused.value.code == "footprint_too_large"
+    assert reads and not [name for name, locked in reads if locked]
+    assert built == []  # refused from what was read ahead: not built again under the lock
+    assert 9 not in conn.subs
