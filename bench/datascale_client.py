@@ -15,6 +15,10 @@ A "ping" is a frame of an unknown type: the server answers it at once with an
 ``error`` frame, from the event loop, so its round trip says how long that loop
 made a socket wait. Watcher sockets ping in a closed loop, at most one ping in
 flight and at most one every ``PING_PERIOD`` s (under the server's 50 frames/s).
+Every ``LOCK_EVERY``-th ping is a "lock ping" instead: the watcher subscribes its
+own query again (queryId ``LOCK_QUERY_ID``, kept out of the replicas), a cached
+shape whose seq 0 the hub builds under its lock, so its round trip says how long
+the hub's lock made a socket wait.
 """
 
 import asyncio
@@ -30,6 +34,8 @@ from bench.ws_clients import WebSocket, handshake_request  # noqa: E402
 
 PING = json.dumps({"t": "datascale-ping"})
 PING_PERIOD = 0.025
+LOCK_EVERY = 2
+LOCK_QUERY_ID = 9999
 HANDSHAKE_TIMEOUT = 30.0  # longer than Daphne's own 5 s, so Daphne's reset is what we see
 
 
@@ -115,11 +121,18 @@ class Conn:
         self.tcp = None  # when its TCP connection was accepted
         self.subs = {}
         self.pong = None
+        self.lock_pong = None
         self.errors = []
 
     def on_text(self, t, payload):
         frame = json.loads(payload)
         kind = frame.get("t")
+        if frame.get("queryId") == LOCK_QUERY_ID and kind in ("nbatch", "queryError", "error"):
+            if self.lock_pong is not None and not self.lock_pong.done():
+                self.lock_pong.set_result(t)
+            if kind != "nbatch":
+                self.errors.append(frame)
+            return
         if kind == "nbatch":
             sub = self.subs.get(frame["queryId"])
             if sub is not None:
@@ -161,6 +174,15 @@ class Conn:
         got = await asyncio.wait_for(self.pong, 60)
         return t, got - t
 
+    async def lock_ping(self, spec):
+        """Subscribe ``spec`` (a query the server holds) again: -> its seq 0."""
+        self.lock_pong = asyncio.get_running_loop().create_future()
+        frame = {"t": "subscribe", "mode": "normalized", **spec, "queryId": LOCK_QUERY_ID}
+        t = time.monotonic()
+        self.ws.send_text(json.dumps(frame))
+        got = await asyncio.wait_for(self.lock_pong, 60)
+        return t, got - t
+
 
 def answer(sub):
     out = {"queryId": sub.query_id, "name": sub.name, "t_sent": sub.t_sent}
@@ -188,8 +210,9 @@ class Controller:
       with its subscriptions, until each has its seq 0 or a queryError.
     - ``close {conns}``: close these sockets.
     - ``subscribe {conn, sub, timeout}``: one subscription on an open socket.
-    - ``watch {conns}`` / ``unwatch``: start / stop the ping loops; ``unwatch``
-      returns every ping as [conn, t_sent, rtt].
+    - ``watch {conns, lock_sub}`` / ``unwatch``: start / stop the ping loops (with
+      ``lock_sub``, {name, args}: its lock pings too); ``unwatch`` returns every ping
+      as [conn, t_sent, rtt, "ping" | "lock"].
     - ``edits``: {title: first receipt time} of every issue edit seen.
     - ``dump {path}``: every subscription's replica, to ``path``.
     - ``quit``.
@@ -320,18 +343,26 @@ class Controller:
         await self.wait_subs([sub], msg["timeout"])
         return {"answer": answer(sub)}
 
-    async def ping_loop(self, conn, offset):
+    async def ping_loop(self, conn, offset, lock_sub):
         await asyncio.sleep(offset)
+        n = 0
         while True:
-            t, rtt = await conn.ping()
-            self.pings.append([conn.name, t, rtt])
+            n += 1
+            if lock_sub is not None and n % LOCK_EVERY == 0:
+                t, rtt = await conn.lock_ping(lock_sub)
+                self.pings.append([conn.name, t, rtt, "lock"])
+            else:
+                t, rtt = await conn.ping()
+                self.pings.append([conn.name, t, rtt, "ping"])
             await asyncio.sleep(max(0.0, PING_PERIOD - rtt))
 
     async def cmd_watch(self, msg):
         self.pings = []
         names = msg["conns"]
         self.watchers = [
-            asyncio.ensure_future(self.ping_loop(self.conns[n], i * PING_PERIOD / len(names)))
+            asyncio.ensure_future(
+                self.ping_loop(self.conns[n], i * PING_PERIOD / len(names), msg.get("lock_sub"))
+            )
             for i, n in enumerate(names)
         ]
         return {}

@@ -61,7 +61,7 @@ def start(server, clients, token, sub):
 def shape_delay(answer, pings, idle_p50):
     """The longest a watcher's ping overlapping the subscription waited, above idle."""
     t0, t1 = answer["t_sent"], answer.get("t_answer") or answer["t_sent"]
-    during = [rtt for _c, t, rtt in pings if t <= t1 and t + rtt >= t0]
+    during = [rtt for _c, t, rtt, *_kind in pings if t <= t1 and t + rtt >= t0]
     if not during:
         return None, 0
     return max(0.0, max(during) - idle_p50) * 1000, len(during)
@@ -87,7 +87,8 @@ def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
         conns=[{"name": n, "subs": [watched_query]} for n in watched],
         timeout=SUB_TIMEOUT_S,
     )
-    clients.call("watch", conns=watched)
+    lock_sub = {k: watched_query[k] for k in ("name", "args") if k in watched_query}
+    clients.call("watch", conns=watched, lock_sub=lock_sub)
     time.sleep(0.5)  # the idle round trip
     answers = []
     for k, (name, qargs) in enumerate(shapes):
@@ -100,12 +101,18 @@ def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
         time.sleep(0.1)
     pings = clients.call("unwatch")["pings"]
     clients.call("close", conns=watched)
-    idle = [rtt for _c, t, rtt in pings if t + rtt < answers[0]["t_sent"]]
-    idle_p50 = statistics.median(idle) if idle else 0.0
+    by_kind = {kind: [p for p in pings if p[3] == kind] for kind in ("ping", "lock")}
+    idles = {}
+    for kind, some in by_kind.items():
+        idle = [rtt for _c, t, rtt, _k in some if t + rtt < answers[0]["t_sent"]]
+        idles[kind] = statistics.median(idle) if idle else 0.0
+    idle_p50 = idles["ping"]
     out = {}
     for a in answers:
-        delay, n = shape_delay(a, pings, idle_p50)
+        delay, n = shape_delay(a, by_kind["ping"], idle_p50)
         entry = {"kind": a["kind"], "others_delayed_ms": delay, "pings_during": n}
+        # A cached re-subscribe of another socket: what waits for the hub's lock.
+        entry["others_locked_ms"], _n = shape_delay(a, by_kind["lock"], idles["lock"])
         if a["kind"] == "nbatch":
             entry.update(first_ms=(a["t_seq0"] - a["t_sent"]) * 1000, rows=a["rows"])
         else:
