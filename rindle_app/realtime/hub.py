@@ -48,7 +48,11 @@ which steps only when the lock is free and this thread does not already hold it,
 as a thread-local flag says), and the worker threads the consumer calls through
 (``connect``, ``subscribe``, ``hold``/``release``, ``disconnect``). Frames leave the
 lock only through ``loop.call_soon_threadsafe``, so a connection's event loop is
-the only thread that writes to its socket and to ``Conn.sent``. The listener thread
+the only thread that writes to its socket and to ``Conn.sent``. A new shape's
+database reads are the one thing ``subscribe`` does before taking the lock
+(``Catalog.read_ahead``, on a scratch store: nothing of the hub's state is written
+there); what they read is installed under the lock, corrected to the catalog's
+version of that moment (``PartitionStore.install_ahead``). The listener thread
 (``stream/notify.py``, PostgreSQL) and the watcher thread (``stream/wake.py``,
 SQLite; armed under the lock while anything is subscribed, held after each commit
 of the engine) only set the wake event. On SQLite the step and the JSON encoding
