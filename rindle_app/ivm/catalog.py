@@ -157,17 +157,21 @@ class Catalog:
         if shared is None:
             view = View(query, self.store)
             view.hydrate(budget)
-            guard = _guard(query)
-            shared = SharedQuery(
-                key,
-                query,
-                view,
-                guard=guard,
-                tables=_tables(query),
-                shape=_shape_key(query) if guard is not None else None,
-            )
-            self.queries[key] = shared
-            self._index(shared)
+            shared = self._add(key, query, view)
+        return shared
+
+    def _add(self, key, query, view):
+        guard = _guard(query)
+        shared = SharedQuery(
+            key,
+            query,
+            view,
+            guard=guard,
+            tables=_tables(query),
+            shape=_shape_key(query) if guard is not None else None,
+        )
+        self.queries[key] = shared
+        self._index(shared)
         return shared
 
     def read_ahead(self, ast, budget=None):
@@ -189,9 +193,16 @@ class Catalog:
         key = query_key(query)
         if query.aggregate is not None or key in self.queries:
             return None
-        ahead = reader(lambda store: View(query, store).hydrate(budget))
+        views = []
+
+        def walk(store):
+            views.append(View(query, store))
+            views[0].hydrate(budget)
+
+        ahead = reader(walk)
         if ahead is not None:
             ahead.key, ahead.budget = key, budget
+            ahead.query, ahead.view = query, views[0] if ahead.refusal is None else None
         return ahead
 
     def install_ahead(self, ahead, budget=None):
@@ -206,7 +217,15 @@ class Catalog:
             return None
         if ahead.refusal is not None and budget is not None and budget <= ahead.budget:
             raise too_large(budget)
-        return self.store.install_ahead(ahead)
+        self.store.install_ahead(ahead)
+        if ahead.exact and ahead.view is not None:
+            # Nothing moved: the walk's view is the view at this version, over the very
+            # rows now resident here. It is registered as built, not built again.
+            view = ahead.view
+            view.rebind(self.store)
+            view._within(budget)
+            self._add(ahead.key, ahead.query, view)
+        return ahead
 
     def attach(self, key, subscriber):
         """Attach a subscriber; returns its seq-0 ops (the footprint, as adds)."""

@@ -149,6 +149,9 @@ class Ahead:
         self.refusal = None  # the LimitExceeded the walk stopped at, if it did
         self.installed = 0  # partitions and runs install_ahead took (the tests read it)
         self.skipped = 0  # reads it could not correct to the store's version
+        # True once installed when every read went in as read (the same version, none
+        # resident already): the store then holds exactly what the walk's view read.
+        self.exact = False
 
 
 class PartitionStore(KeyedStore):
@@ -325,11 +328,15 @@ class PartitionStore(KeyedStore):
             return ahead
         scratch = ahead.scratch
         self.loads += scratch.loads
+        ahead.exact = since == to
         for read in scratch._reads:
             if isinstance(read, _RunRead):
                 self._install_run(read, since, to, ahead)
             else:
                 self._install_read(scratch, read, since, to, ahead)
+        ahead.exact = ahead.exact and not ahead.skipped
+        if ahead.exact and self.rows_held > self.max_rows:
+            ahead.exact = False  # forgetting now could drop what the view reads
         self._evict(keep=None)
         return ahead
 
@@ -361,6 +368,8 @@ class PartitionStore(KeyedStore):
         table, columns = read.table, read.columns
         index = self._lookups.setdefault(table, {}).setdefault(columns, {})
         todo = [k for k in read.buckets if k not in index]
+        if len(todo) < len(read.buckets):
+            ahead.exact = False
         if not todo:
             return
         by_key = None
@@ -389,6 +398,8 @@ class PartitionStore(KeyedStore):
     def _install_run(self, record, since, to, ahead):
         table, name = record.table, record.name
         runs = self._runs.setdefault(table, {})
+        if name in runs:
+            ahead.exact = False
         if name in runs or not record.pages:
             return
         pages = []

@@ -93,6 +93,15 @@ class View:
         columns = store.schema.get(query.table).wire_columns  # a private column never shows
         self._names = query.select if query.select is not None else [c.name for c in columns]
 
+    def rebind(self, store):
+        """
+        Read from ``store`` from now on: a view built on a read ahead's scratch store
+        whose rows (the very row objects) were installed in ``store`` at the same
+        version (``Catalog.install_ahead``).
+        """
+        self.store = store
+        self.evaluator = Evaluator(StoreSource(store), store.schema)
+
     # --- reading -------------------------------------------------------------------------
 
     def result(self):
