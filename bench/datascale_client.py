@@ -223,6 +223,7 @@ class Controller:
         self.edits = {}
         self.host = self.port = self.path = self.token = None
         self.watchers = []
+        self.watching = False
         self.pings = []
 
     async def run(self):
@@ -346,7 +347,9 @@ class Controller:
     async def ping_loop(self, conn, offset, lock_sub):
         await asyncio.sleep(offset)
         n = 0
-        while True:
+        # Not ``while True``: asyncio.wait_for (3.11) swallows a cancel that arrives
+        # as its future completes, and the loop would go on pinging forever.
+        while self.watching:
             n += 1
             if lock_sub is not None and n % LOCK_EVERY == 0:
                 t, rtt = await conn.lock_ping(lock_sub)
@@ -358,6 +361,7 @@ class Controller:
 
     async def cmd_watch(self, msg):
         self.pings = []
+        self.watching = True
         names = msg["conns"]
         self.watchers = [
             asyncio.ensure_future(
@@ -368,6 +372,7 @@ class Controller:
         return {}
 
     async def cmd_unwatch(self, msg):
+        self.watching = False
         for task in self.watchers:
             task.cancel()
         await asyncio.gather(*self.watchers, return_exceptions=True)
@@ -386,6 +391,7 @@ class Controller:
         return {"path": msg["path"]}
 
     async def cmd_quit(self, msg):
+        self.watching = False
         for task in self.watchers:
             task.cancel()
         for conn in self.conns.values():
