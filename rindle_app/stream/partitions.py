@@ -10,6 +10,7 @@ read. A version below the horizon, or of another epoch, cannot be corrected to
 """
 
 import json
+import time
 
 from django.db import connections
 
@@ -17,6 +18,9 @@ from ..engine.capture import OUTBOX, sqlite_image
 from ..exceptions import ResnapshotRequired
 from . import state as stream_state
 from .reader import _SQLITE_SAFE, decode
+
+# Rows decoded between two hand-overs of the GIL (a few hundred microseconds).
+_YIELD_ROWS = 64
 
 
 def _text(vendor, expression):
@@ -62,9 +66,13 @@ class PartitionSource:
             cursor.execute(statement, [*params, stream_state.STREAM, version, table.name])
             found = cursor.fetchall()
         rows, later, current = [], [], None
-        for part, a, b, seq in found:
+        for n, (part, a, b, seq) in enumerate(found, 1):
             if part == 0:
                 rows.append(decode(table, a))
+                if not n % _YIELD_ROWS:
+                    # Hand the GIL over: another thread (a socket's event loop) waits
+                    # a switch interval (5 ms) for it otherwise, once per hand-over.
+                    time.sleep(0)
             elif part == 1:
                 current = (a, int(b), int(seq))
             else:
