@@ -15,10 +15,11 @@ A "ping" is a frame of an unknown type: the server answers it at once with an
 ``error`` frame, from the event loop, so its round trip says how long that loop
 made a socket wait. Watcher sockets ping in a closed loop, at most one ping in
 flight and at most one every ``PING_PERIOD`` s (under the server's 50 frames/s).
-Every ``LOCK_EVERY``-th ping is a "lock ping" instead: the watcher subscribes its
-own query again (queryId ``LOCK_QUERY_ID``, kept out of the replicas), a cached
+Every second watcher sends "lock pings" instead: it subscribes a small query the
+server holds again (queryId ``LOCK_QUERY_ID``, kept out of the replicas), a cached
 shape whose seq 0 the hub builds under its lock, so its round trip says how long
-the hub's lock made a socket wait.
+the hub's lock made a socket wait. (Not both from one socket: a ping loop stuck
+behind its own lock ping would send no pings while the lock is held.)
 """
 
 import asyncio
@@ -34,7 +35,6 @@ from bench.ws_clients import WebSocket, handshake_request  # noqa: E402
 
 PING = json.dumps({"t": "datascale-ping"})
 PING_PERIOD = 0.025
-LOCK_EVERY = 2
 LOCK_QUERY_ID = 9999
 HANDSHAKE_TIMEOUT = 30.0  # longer than Daphne's own 5 s, so Daphne's reset is what we see
 
@@ -211,7 +211,8 @@ class Controller:
     - ``close {conns}``: close these sockets.
     - ``subscribe {conn, sub, timeout}``: one subscription on an open socket.
     - ``watch {conns, lock_sub}`` / ``unwatch``: start / stop the ping loops (with
-      ``lock_sub``, {name, args}: its lock pings too); ``unwatch`` returns every ping
+      ``lock_sub``, {name, args}: every second socket lock-pings with it instead);
+      ``unwatch`` returns every ping
       as [conn, t_sent, rtt, "ping" | "lock"].
     - ``edits``: {title: first receipt time} of every issue edit seen.
     - ``dump {path}``: every subscription's replica, to ``path``.
@@ -346,12 +347,10 @@ class Controller:
 
     async def ping_loop(self, conn, offset, lock_sub):
         await asyncio.sleep(offset)
-        n = 0
         # Not ``while True``: asyncio.wait_for (3.11) swallows a cancel that arrives
         # as its future completes, and the loop would go on pinging forever.
         while self.watching:
-            n += 1
-            if lock_sub is not None and n % LOCK_EVERY == 0:
+            if lock_sub is not None:
                 t, rtt = await conn.lock_ping(lock_sub)
                 self.pings.append([conn.name, t, rtt, "lock"])
             else:
@@ -365,7 +364,11 @@ class Controller:
         names = msg["conns"]
         self.watchers = [
             asyncio.ensure_future(
-                self.ping_loop(self.conns[n], i * PING_PERIOD / len(names), msg.get("lock_sub"))
+                self.ping_loop(
+                    self.conns[n],
+                    i * PING_PERIOD / len(names),
+                    msg.get("lock_sub") if i % 2 else None,
+                )
             )
             for i, n in enumerate(names)
         ]
