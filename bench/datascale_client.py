@@ -15,6 +15,11 @@ A "ping" is a frame of an unknown type: the server answers it at once with an
 ``error`` frame, from the event loop, so its round trip says how long that loop
 made a socket wait. Watcher sockets ping in a closed loop, at most one ping in
 flight and at most one every ``PING_PERIOD`` s (under the server's 50 frames/s).
+Every second watcher sends "lock pings" instead: it subscribes a small query the
+server holds again (queryId ``LOCK_QUERY_ID``, kept out of the replicas), a cached
+shape whose seq 0 the hub builds under its lock, so its round trip says how long
+the hub's lock made a socket wait. (Not both from one socket: a ping loop stuck
+behind its own lock ping would send no pings while the lock is held.)
 """
 
 import asyncio
@@ -30,6 +35,7 @@ from bench.ws_clients import WebSocket, handshake_request  # noqa: E402
 
 PING = json.dumps({"t": "datascale-ping"})
 PING_PERIOD = 0.025
+LOCK_QUERY_ID = 9999
 HANDSHAKE_TIMEOUT = 30.0  # longer than Daphne's own 5 s, so Daphne's reset is what we see
 
 
@@ -115,11 +121,18 @@ class Conn:
         self.tcp = None  # when its TCP connection was accepted
         self.subs = {}
         self.pong = None
+        self.lock_pong = None
         self.errors = []
 
     def on_text(self, t, payload):
         frame = json.loads(payload)
         kind = frame.get("t")
+        if frame.get("queryId") == LOCK_QUERY_ID and kind in ("nbatch", "queryError", "error"):
+            if self.lock_pong is not None and not self.lock_pong.done():
+                self.lock_pong.set_result(t)
+            if kind != "nbatch":
+                self.errors.append(frame)
+            return
         if kind == "nbatch":
             sub = self.subs.get(frame["queryId"])
             if sub is not None:
@@ -161,6 +174,15 @@ class Conn:
         got = await asyncio.wait_for(self.pong, 60)
         return t, got - t
 
+    async def lock_ping(self, spec):
+        """Subscribe ``spec`` (a query the server holds) again: -> its seq 0."""
+        self.lock_pong = asyncio.get_running_loop().create_future()
+        frame = {"t": "subscribe", "mode": "normalized", **spec, "queryId": LOCK_QUERY_ID}
+        t = time.monotonic()
+        self.ws.send_text(json.dumps(frame))
+        got = await asyncio.wait_for(self.lock_pong, 60)
+        return t, got - t
+
 
 def answer(sub):
     out = {"queryId": sub.query_id, "name": sub.name, "t_sent": sub.t_sent}
@@ -188,8 +210,10 @@ class Controller:
       with its subscriptions, until each has its seq 0 or a queryError.
     - ``close {conns}``: close these sockets.
     - ``subscribe {conn, sub, timeout}``: one subscription on an open socket.
-    - ``watch {conns}`` / ``unwatch``: start / stop the ping loops; ``unwatch``
-      returns every ping as [conn, t_sent, rtt].
+    - ``watch {conns, lock_sub}`` / ``unwatch``: start / stop the ping loops (with
+      ``lock_sub``, {name, args}: every second socket lock-pings with it instead);
+      ``unwatch`` returns every ping
+      as [conn, t_sent, rtt, "ping" | "lock"].
     - ``edits``: {title: first receipt time} of every issue edit seen.
     - ``dump {path}``: every subscription's replica, to ``path``.
     - ``quit``.
@@ -200,6 +224,7 @@ class Controller:
         self.edits = {}
         self.host = self.port = self.path = self.token = None
         self.watchers = []
+        self.watching = False
         self.pings = []
 
     async def run(self):
@@ -320,23 +345,37 @@ class Controller:
         await self.wait_subs([sub], msg["timeout"])
         return {"answer": answer(sub)}
 
-    async def ping_loop(self, conn, offset):
+    async def ping_loop(self, conn, offset, lock_sub):
         await asyncio.sleep(offset)
-        while True:
-            t, rtt = await conn.ping()
-            self.pings.append([conn.name, t, rtt])
+        # Not ``while True``: asyncio.wait_for (3.11) swallows a cancel that arrives
+        # as its future completes, and the loop would go on pinging forever.
+        while self.watching:
+            if lock_sub is not None:
+                t, rtt = await conn.lock_ping(lock_sub)
+                self.pings.append([conn.name, t, rtt, "lock"])
+            else:
+                t, rtt = await conn.ping()
+                self.pings.append([conn.name, t, rtt, "ping"])
             await asyncio.sleep(max(0.0, PING_PERIOD - rtt))
 
     async def cmd_watch(self, msg):
         self.pings = []
+        self.watching = True
         names = msg["conns"]
         self.watchers = [
-            asyncio.ensure_future(self.ping_loop(self.conns[n], i * PING_PERIOD / len(names)))
+            asyncio.ensure_future(
+                self.ping_loop(
+                    self.conns[n],
+                    i * PING_PERIOD / len(names),
+                    msg.get("lock_sub") if i % 2 else None,
+                )
+            )
             for i, n in enumerate(names)
         ]
         return {}
 
     async def cmd_unwatch(self, msg):
+        self.watching = False
         for task in self.watchers:
             task.cancel()
         await asyncio.gather(*self.watchers, return_exceptions=True)
@@ -355,6 +394,7 @@ class Controller:
         return {"path": msg["path"]}
 
     async def cmd_quit(self, msg):
+        self.watching = False
         for task in self.watchers:
             task.cancel()
         for conn in self.conns.values():

@@ -89,12 +89,17 @@ def rows_of(entry):
         if name != "issuesPage":
             reader = shape_reader(("shapes",), name, "others_delayed_ms")
             metrics.append(("    others delayed by it, ms", reader))
+            reader = shape_reader(("shapes",), name, "others_locked_ms")
+            metrics.append(("    others' re-subscribe delayed, ms", reader))
     metrics.append(("first subscription of a shape, ms (fresh, after users)", lambda v: ""))
     for name in FRESH_SHAPES:
         where = ("users_only", "shapes")
         metrics.append((f"  {name}", shape_reader(where, name, "first_ms")))
         metrics.append(
             ("    others delayed by it, ms", shape_reader(where, name, "others_delayed_ms"))
+        )
+        metrics.append(
+            ("    others' re-subscribe delayed, ms", shape_reader(where, name, "others_locked_ms"))
         )
     metrics += [
         ("idle ping round trip, ms", lambda v: get(v, "idle_ping_ms")),

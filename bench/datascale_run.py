@@ -61,7 +61,7 @@ def start(server, clients, token, sub):
 def shape_delay(answer, pings, idle_p50):
     """The longest a watcher's ping overlapping the subscription waited, above idle."""
     t0, t1 = answer["t_sent"], answer.get("t_answer") or answer["t_sent"]
-    during = [rtt for _c, t, rtt in pings if t <= t1 and t + rtt >= t0]
+    during = [rtt for _c, t, rtt, *_kind in pings if t <= t1 and t + rtt >= t0]
     if not during:
         return None, 0
     return max(0.0, max(during) - idle_p50) * 1000, len(during)
@@ -74,12 +74,14 @@ def step(label, text):
     print(f"    [{time.monotonic() - _T0:6.1f}s] {label}: {text}", flush=True)
 
 
-def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
+def first_subscriptions(clients, label, watched_query, shapes, first_query_id, lock_sub):
     """
     Each of ``shapes`` [(name, args)] subscribed in turn on socket ``main`` while
     ``WATCHERS`` other sockets, subscribed to ``watched_query`` (a query the server
     already maintains), ping: per shape, subscribe -> seq 0 and how much longer than
     when idle the pings overlapping it waited. Also the idle round trip, in ms.
+    Their lock pings re-subscribe ``lock_sub`` ({name, args}): a small query whose
+    partitions the server already holds, so it warms nothing the shapes read.
     """
     watched = [f"w{i}" for i in range(WATCHERS)]
     clients.call(
@@ -87,7 +89,7 @@ def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
         conns=[{"name": n, "subs": [watched_query]} for n in watched],
         timeout=SUB_TIMEOUT_S,
     )
-    clients.call("watch", conns=watched)
+    clients.call("watch", conns=watched, lock_sub=lock_sub)
     time.sleep(0.5)  # the idle round trip
     answers = []
     for k, (name, qargs) in enumerate(shapes):
@@ -100,12 +102,18 @@ def first_subscriptions(clients, label, watched_query, shapes, first_query_id):
         time.sleep(0.1)
     pings = clients.call("unwatch")["pings"]
     clients.call("close", conns=watched)
-    idle = [rtt for _c, t, rtt in pings if t + rtt < answers[0]["t_sent"]]
-    idle_p50 = statistics.median(idle) if idle else 0.0
+    by_kind = {kind: [p for p in pings if p[3] == kind] for kind in ("ping", "lock")}
+    idles = {}
+    for kind, some in by_kind.items():
+        idle = [rtt for _c, t, rtt, _k in some if t + rtt < answers[0]["t_sent"]]
+        idles[kind] = statistics.median(idle) if idle else 0.0
+    idle_p50 = idles["ping"]
     out = {}
     for a in answers:
-        delay, n = shape_delay(a, pings, idle_p50)
+        delay, n = shape_delay(a, by_kind["ping"], idle_p50)
         entry = {"kind": a["kind"], "others_delayed_ms": delay, "pings_during": n}
+        # A cached re-subscribe of another socket: what waits for the hub's lock.
+        entry["others_locked_ms"], _n = shape_delay(a, by_kind["lock"], idles["lock"])
         if a["kind"] == "nbatch":
             entry.update(first_ms=(a["t_seq0"] - a["t_sent"]) * 1000, rows=a["rows"])
         else:
@@ -146,8 +154,10 @@ def measure(label, root, url, meta, args, log_dir):
             f"first frame {out['start']['first_frame_s']:.2f} s after spawning, RSS "
             f"{out['after_first_frame']['rss_mib']:.0f} MiB",
         )
+        # issuesPage of 1: its run is START_QUERY's, already read; its seq 0 is small.
+        lock_sub = {"name": "issuesPage", "args": {"limit": 1}}
         out["shapes"], out["idle_ping_ms"] = first_subscriptions(
-            clients, label, START_QUERY, shapes, 2
+            clients, label, START_QUERY, shapes, 2, lock_sub
         )
         out["shapes"]["issuesPage"] = {
             "kind": "nbatch",
@@ -256,7 +266,10 @@ def users_only(root, env, token, log_dir, label, detail, helper, user):
         specs = dict(SHAPES)
         specs["issueDetail"], specs["issuesPage"] = detail, START_QUERY["args"]
         shapes = [(n, specs[n]) for n in FRESH_SHAPES]
-        out["shapes"], out["idle_ping_ms"] = first_subscriptions(clients, label, users, shapes, 2)
+        lock_sub = {"name": "users", "args": {}}
+        out["shapes"], out["idle_ping_ms"] = first_subscriptions(
+            clients, label, users, shapes, 2, lock_sub
+        )
         if helper is not None:
             out["gate"] = gate(helper, clients, log_dir, f"{label}-users", user)
         check_unanswered(out, server, f"{label}-users", out["shapes"])

@@ -24,7 +24,7 @@ from ..exceptions import UNSUPPORTED, ResnapshotRequired
 from .ast import QueryError, parse, query_key, subqueries, to_json
 from .evaluate import Evaluator
 from .store import MemoryStore, index_key
-from .view import StoreSource, View, root_guard
+from .view import StoreSource, View, root_guard, too_large
 
 logger = logging.getLogger("rindle.ivm")
 
@@ -157,18 +157,75 @@ class Catalog:
         if shared is None:
             view = View(query, self.store)
             view.hydrate(budget)
-            guard = _guard(query)
-            shared = SharedQuery(
-                key,
-                query,
-                view,
-                guard=guard,
-                tables=_tables(query),
-                shape=_shape_key(query) if guard is not None else None,
-            )
-            self.queries[key] = shared
-            self._index(shared)
+            shared = self._add(key, query, view)
         return shared
+
+    def _add(self, key, query, view):
+        guard = _guard(query)
+        shared = SharedQuery(
+            key,
+            query,
+            view,
+            guard=guard,
+            tables=_tables(query),
+            shape=_shape_key(query) if guard is not None else None,
+        )
+        self.queries[key] = shared
+        self._index(shared)
+        return shared
+
+    def read_ahead(self, ast, budget=None):
+        """
+        Read, without the caller's lock, what registering ``ast`` will read (its
+        hydration, walked on a scratch store: ``PartitionStore.read_ahead``), so the
+        locked ``register`` that follows ``install_ahead`` finds it resident. None when
+        there is nothing to read ahead: the query is registered already, is not
+        valid (``register`` says why), or the store reads nothing (a ``MemoryStore``).
+        Reads only ``queries`` (one membership test) of the catalog's state.
+        """
+        reader = getattr(self.store, "read_ahead", None)
+        if reader is None:
+            return None
+        try:
+            query = parse(ast, self.schema)
+        except QueryError:
+            return None
+        key = query_key(query)
+        if query.aggregate is not None or key in self.queries:
+            return None
+        views = []
+
+        def walk(store):
+            views.append(View(query, store))
+            views[0].hydrate(budget)
+
+        ahead = reader(walk)
+        if ahead is not None:
+            ahead.key, ahead.budget = key, budget
+            ahead.query, ahead.view = query, views[0] if ahead.refusal is None else None
+        return ahead
+
+    def install_ahead(self, ahead, budget=None):
+        """
+        Under the lock: install a ``read_ahead`` before its ``register`` (see the
+        store). A walk already refused past its budget, when ``budget`` (what the
+        register would be allowed) is no larger, is refused here at once
+        (``LimitExceeded``): its view exceeded that many rows at the version read,
+        and building it again would only read it again, under the lock.
+        """
+        if ahead is None or ahead.key in self.queries:
+            return None
+        if ahead.refusal is not None and budget is not None and budget <= ahead.budget:
+            raise too_large(budget)
+        self.store.install_ahead(ahead)
+        if ahead.exact and ahead.view is not None:
+            # Nothing moved: the walk's view is the view at this version, over the very
+            # rows now resident here. It is registered as built, not built again.
+            view = ahead.view
+            view.rebind(self.store)
+            view._within(budget)
+            self._add(ahead.key, ahead.query, view)
+        return ahead
 
     def attach(self, key, subscriber):
         """Attach a subscriber; returns its seq-0 ops (the footprint, as adds)."""

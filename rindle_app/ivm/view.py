@@ -30,6 +30,15 @@ from .store import index_key, order_key
 _HYDRATE_BATCH = 256
 
 
+def too_large(budget):
+    """The refusal of a view past ``budget`` rows (``footprint_too_large``)."""
+    return LimitExceeded(
+        f"this query holds more than {budget} rows, what is left of the socket's "
+        "WS_MAX_FOOTPRINT_ROWS",
+        FOOTPRINT_TOO_LARGE,
+    )
+
+
 class StoreSource:
     """Children by correlation index lookups on the store."""
 
@@ -84,6 +93,15 @@ class View:
         columns = store.schema.get(query.table).wire_columns  # a private column never shows
         self._names = query.select if query.select is not None else [c.name for c in columns]
 
+    def rebind(self, store):
+        """
+        Read from ``store`` from now on: a view built on a read ahead's scratch store
+        whose rows (the very row objects) were installed in ``store`` at the same
+        version (``Catalog.install_ahead``).
+        """
+        self.store = store
+        self.evaluator = Evaluator(StoreSource(store), store.schema)
+
     # --- reading -------------------------------------------------------------------------
 
     def result(self):
@@ -134,11 +152,7 @@ class View:
 
     def _within(self, budget):
         if budget is not None and len(self.footprint) > budget:
-            raise LimitExceeded(
-                f"this query holds more than {budget} rows, what is left of the socket's "
-                "WS_MAX_FOOTPRINT_ROWS",
-                FOOTPRINT_TOO_LARGE,
-            )
+            raise too_large(budget)
 
     def _prefetch(self, q, rows):
         """Ask the store for the partitions ``rows``' subtrees read, level by level, at once."""

@@ -54,7 +54,11 @@ thread does not already hold it, as a thread-local flag says), and the worker
 threads the consumer calls through (``connect``, ``subscribe``, ``hold``/``release``,
 ``disconnect``). Frames leave the lock only through ``loop.call_soon_threadsafe``, so
 a connection's event loop is the only thread that writes to its socket and to
-``Conn.sent``. The listener thread
+``Conn.sent``. A new shape's database reads are the one thing ``subscribe`` does
+before taking the lock (``Catalog.read_ahead``, on a scratch store: nothing of the
+hub's state is written there); what they read is installed under the lock,
+corrected to the catalog's version of that moment (``PartitionStore.install_ahead``).
+The listener thread
 (``stream/notify.py``, PostgreSQL) and the watcher thread (``stream/wake.py``,
 SQLite; armed under the lock while anything is subscribed, held after each commit
 of this process) only set the wake event. On SQLite the step and the JSON encoding
@@ -435,7 +439,12 @@ class Hub:
         Attach ``conn``'s ``query_id`` to the shared query of ``ast`` and queue its
         hello, seq 0 and a releasing progress. A re-subscribe of the same queryId
         replaces the old subscription under the next epoch. Raises ``QueryError``.
+
+        A new shape's database reads (and the sorts of its windows' partitions) run
+        first, WITHOUT the lock (``_read_ahead``), so other sockets' frames and the
+        commits wait only for installing them and building the view from memory.
         """
+        ahead = self._read_ahead(conn, ast)
         with self.lock:
             if conn.closed:
                 return None
@@ -448,6 +457,9 @@ class Hub:
             epoch = conn.epochs.get(query_id, 0) + 1
             conn.epochs[query_id] = epoch
             budget = limits.footprint_budget(self.catalog, conn, query_id)
+            # What was read ahead, corrected to the version reached meanwhile (or
+            # refused at once, when it was read past the budget).
+            self.catalog.install_ahead(ahead, budget)
             try:
                 shared = self.catalog.register(ast, budget)
             except ResnapshotRequired as exc:  # its partitions are below the horizon
@@ -475,6 +487,23 @@ class Hub:
             self._deliver(conn, [hello, data, wire.progress(cv)])
             self._dispatch()
             return sub
+
+    def _read_ahead(self, conn, ast):
+        """
+        Outside the lock: read what registering ``ast`` will read, at the catalog's
+        version of this moment (``Catalog.read_ahead``); ``subscribe`` installs it
+        under the lock, corrected to the version the catalog has reached by then.
+        Nothing here is needed for correctness: on any failure the locked build
+        reads for itself, and reports what went wrong.
+        """
+        live = self.live
+        if live is None or conn.closed:
+            return None
+        try:
+            return live.catalog.read_ahead(ast, limits.footprint_cap())
+        except Exception:  # the locked build meets the same error and answers it
+            logger.debug("rindle hub: reading ahead of a subscription failed", exc_info=True)
+            return None
 
     @contextlib.contextmanager
     def _refusing(self, sub):

@@ -65,6 +65,11 @@ def footprint_budget(catalog, conn, query_id):
     return cap - _rows_held(catalog, conn, replacing=query_id)
 
 
+def footprint_cap():
+    """``WS_MAX_FOOTPRINT_ROWS`` alone (None: no cap): the most a read ahead of the lock reads."""
+    return _cap("WS_MAX_FOOTPRINT_ROWS")
+
+
 def _rows_held(catalog, conn, replacing):
     queries = catalog.queries
     rows = 0

@@ -17,6 +17,8 @@ from django.test.utils import CaptureQueriesContext
 
 from project.demo.models import Comment, Issue, User
 from rindle_app.exceptions import ResnapshotRequired
+from rindle_app.ivm import partitions
+from rindle_app.ivm.ast import parse
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.testing import fresh_result, outbox_high_water, publish_watermark
 from tests.conftest import examples
@@ -307,3 +309,123 @@ def test_an_outside_writer_running_throughout_leaves_every_view_exact(engine):
     publish_watermark()
     live.poll()
     assert results(live, shared) == fresh(live, shared)
+
+
+# --- reading ahead of the hub's lock (Catalog.read_ahead / install_ahead) ------------
+
+
+def _parsed(live):
+    return {name: parse(ast, live.catalog.schema) for name, ast in QUERIES.items()}
+
+
+def _cold(live, shared):
+    for q in shared.values():
+        live.catalog.destroy(q.key)
+    live.catalog.store.clear()
+
+
+@pytest.mark.parametrize("mode", ["behind", "between", "past"])
+def test_a_query_read_ahead_is_installed_at_exactly_the_catalogs_version(engine, mode):
+    """
+    Every query's partitions and pages are read WITHOUT the lock at the catalog's
+    version V0, an outside writer commits, then they are installed and the queries
+    registered at the catalog's version V of that moment: each view equals the
+    database at V (recorded before the writer moved on again), and after the catalog
+    catches up, the database now. ``behind``: V is V0, the reads saw commits above
+    it (undone). ``between``: the catalog polled to a V the reads already hold
+    (undone down to V, not V0). ``past``: the catalog polled past what the reads
+    hold (the commits it applied meanwhile are applied over them).
+    """
+    rng = random.Random(f"ahead-{mode}")
+    serial = [0]
+    seed()
+    publish_watermark()
+    live = LiveQueries(engine).start()
+    store = live.catalog.store
+    parsed = _parsed(live)
+    shared = {}
+    for _round in range(examples(5)):
+        random_writes(rng, 4, serial)
+        publish_watermark()
+        live.poll()
+        _cold(live, shared)
+        if mode == "behind":
+            at_version = {n: fresh_result(engine, q) for n, q in parsed.items()}
+            random_writes(rng, 6, serial)
+            publish_watermark()
+            aheads = {n: live.catalog.read_ahead(ast) for n, ast in QUERIES.items()}
+        elif mode == "between":
+            random_writes(rng, 6, serial)
+            publish_watermark()
+            aheads = {n: live.catalog.read_ahead(ast) for n, ast in QUERIES.items()}
+            live.poll()
+            at_version = {n: fresh_result(engine, q) for n, q in parsed.items()}
+        else:
+            aheads = {n: live.catalog.read_ahead(ast) for n, ast in QUERIES.items()}
+            random_writes(rng, 6, serial)
+            publish_watermark()
+            live.poll()
+            at_version = {n: fresh_result(engine, q) for n, q in parsed.items()}
+        assert all(a.version < live.catalog.version for a in aheads.values()) == (mode != "behind")
+        random_writes(rng, 6, serial)  # the database moves on; the catalog does not poll
+
+        loads, exact = store.loads, []
+        for name, ast in QUERIES.items():
+            installed = live.catalog.install_ahead(aheads[name])
+            assert installed.skipped == 0 and installed.installed > 0, name
+            exact.append(installed.exact)  # registered as the walk built it: nothing moved
+            shared[name] = live.catalog.register(ast)
+        assert any(exact) == (mode == "behind")
+        assert results(live, shared) == at_version
+        reads_ahead = sum(a.scratch.loads for a in aheads.values())
+        # Under the lock, at most what a view's rows at V need beyond those at V0.
+        assert store.loads - loads - reads_ahead < reads_ahead
+
+        publish_watermark()
+        live.poll()
+        assert results(live, shared) == fresh(live, shared)
+
+
+def test_a_query_read_ahead_and_the_lock_read_the_same_when_nothing_moved(engine):
+    """With no commit in between, installing a read ahead leaves nothing to read under the lock."""
+    seed()
+    publish_watermark()
+    live = LiveQueries(engine).start()
+    store = live.catalog.store
+    for name, ast in QUERIES.items():
+        ahead = live.catalog.read_ahead(ast)
+        loads = store.loads
+        live.catalog.install_ahead(ahead)
+        assert store.loads == loads + ahead.scratch.loads
+        shared = live.catalog.register(ast)
+        assert store.loads == loads + ahead.scratch.loads, name
+        assert shared.view.result() == fresh_result(engine, shared.query)
+
+
+def test_a_read_ahead_that_cannot_be_brought_to_the_version_is_read_again(engine, monkeypatch):
+    """
+    The catalog moved past what a read ahead holds and the commits applied meanwhile
+    were not all kept (more than the log holds), or the store was cleared: the read
+    is left out, the locked build reads for itself, and the view is still exact.
+    """
+    monkeypatch.setattr(partitions, "_LOG_CHANGES", 1)
+    rng, serial = random.Random(5), [0]
+    seed()
+    publish_watermark()
+    live = LiveQueries(engine).start()
+    ast = QUERIES["newest"]
+    ahead = live.catalog.read_ahead(ast)
+    for _commit in range(3):  # three commits: the log keeps only the last
+        random_writes(rng, 1, serial)
+        publish_watermark()
+        live.poll()
+    assert live.catalog.install_ahead(ahead).installed == 0
+    shared = live.catalog.register(ast)
+    assert shared.view.result() == fresh_result(engine, shared.query)
+
+    live.catalog.destroy(shared.key)
+    ahead = live.catalog.read_ahead(ast)
+    live.catalog.store.clear()
+    assert live.catalog.install_ahead(ahead).installed == 0
+    shared = live.catalog.register(ast)
+    assert shared.view.result() == fresh_result(engine, shared.query)

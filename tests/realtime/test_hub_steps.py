@@ -7,12 +7,15 @@ makes a write wait, and the hub thread applies the commit once it is free. On
 Postgres the hub thread always does.
 """
 
+import json
 import threading
 import time
 
 import pytest
 
+from rindle_app.exceptions import LimitExceeded
 from rindle_app.realtime.hub import get_hub
+from rindle_app.testing import fresh_result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,3 +158,143 @@ def test_a_closed_hub_refuses_to_start(live):
     with pytest.raises(RuntimeError, match="closed before it started"):
         hub.start()
     assert hub._on_commit not in live._writer._listeners
+
+
+class _Loop:
+    """A connection's event loop, standing in: each hand-over runs at once."""
+
+    def call_soon_threadsafe(self, callback, *args):
+        callback(*args)
+
+
+READ_SECONDS = 0.6
+
+
+def test_a_new_shapes_database_read_holds_no_lock_other_sockets_wait_for(live, monkeypatch):
+    """
+    A new shape's first read is made to take 0.6 s. Meanwhile a write commits and
+    an already-subscribed socket gets its frame at once (it waited for the whole
+    read before: the read ran under the hub's lock, and so did every commit). The
+    new subscription's seq 0 is then the database at its cv, the write included,
+    though the write committed after its rows were read.
+    """
+    from rindle_app.stream.partitions import PartitionSource
+
+    hub = _quiet_hub(live)
+    for n in range(5):
+        _write_user(live, f"u{n}")
+    loop = _Loop()
+    other, late = [], []
+    watching = hub.connect("watching", loop, other.extend)
+    hub.subscribe(watching, 1, {"table": "user", "orderBy": [["name", "asc"]]}, "normalized")
+    reading = threading.Event()
+    real = PartitionSource.read
+
+    def slow_read(source, table, sql, params, version):
+        if table.name == "user" and threading.current_thread().name == "new-shape":
+            if not reading.is_set():
+                reading.set()
+                time.sleep(READ_SECONDS)
+        return real(source, table, sql, params, version)
+
+    monkeypatch.setattr(PartitionSource, "read", slow_read)
+    newcomer = hub.connect("newcomer", loop, late.extend)
+    shape = {"table": "user", "orderBy": [["id", "desc"]], "limit": 3}
+    subscriber = threading.Thread(
+        target=hub.subscribe, args=(newcomer, 1, shape, "normalized"), name="new-shape"
+    )
+    subscriber.start()
+    try:
+        assert reading.wait(5)
+        other.clear()
+        started = time.monotonic()
+        cv = _write_user(live, "u9")
+        deadline = started + 5
+        while not any(f'"cv":{cv}' in f for f in other) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        waited = time.monotonic() - started
+    finally:
+        subscriber.join(10)
+    assert any(f'"cv":{cv}' in f for f in other)
+    assert waited < READ_SECONDS / 3, f"the other socket's frame waited {waited * 1000:.0f} ms"
+    seq0 = next(json.loads(f) for f in late if f.startswith('{"t":"nbatch"'))
+    assert seq0["batch"]["cv"] >= cv
+    shared = hub.catalog.queries[newcomer.subs[1].key]
+    assert [row["id"] for row in shared.view.rows()] == ["u9", "u4", "u3"]
+    assert shared.view.result() == fresh_result(live, shared.query)
+
+
+def test_a_new_shape_reads_nothing_under_the_hub_lock_and_a_too_large_one_is_refused(
+    live, monkeypatch, settings
+):
+    """
+    New shapes of every kind (a window over a whole table with its subtrees, a
+    guarded window, a detail by primary key) are subscribed: not one of their
+    database reads runs while the subscribing thread holds the hub's lock, and each
+    seq 0 equals SQL. A query over the socket's footprint budget is refused, its
+    reads made outside the lock too, and not read a second time under it.
+    """
+    from project.demo.models import Comment, Issue, User
+    from rindle_app.stream.partitions import PartitionSource
+    from tests.support.demo import issue
+    from tests.support.wire import rel, simple
+
+    User.objects.bulk_create([User(id=f"u{n}", name=f"User {n}") for n in range(60)])
+    Issue.objects.bulk_create(
+        [issue(f"i{n}", owner=f"u{n % 3}", created=float(n)) for n in range(40)]
+    )
+    Comment.objects.bulk_create(
+        [
+            Comment(id=f"c{n}", issue_id=f"i{n % 40}", author_id="u1", body="x", created_at=n)
+            for n in range(80)
+        ]
+    )
+    hub = _quiet_hub(live)
+    real, reads = PartitionSource.read, []
+
+    def read(source, table, sql, params, version):
+        reads.append((table.name, hub.lock.held()))
+        return real(source, table, sql, params, version)
+
+    monkeypatch.setattr(PartitionSource, "read", read)
+    comments = rel(["id"], ["issueId"], {"table": "comment", "alias": "comments"})
+    owner = rel(["ownerId"], ["id"], {"table": "user", "alias": "owner", "one": True})
+    shapes = [
+        {
+            "table": "issue",
+            "orderBy": [["createdAt", "desc"]],
+            "limit": 5,
+            "related": [comments, owner],
+        },
+        {
+            "table": "issue",
+            "where": simple("ownerId", "=", "u1"),
+            "orderBy": [["createdAt", "asc"]],
+            "limit": 4,
+        },
+        {
+            "table": "issue",
+            "where": simple("id", "=", "i7"),
+            "one": True,
+            "orderBy": [["id", "asc"]],
+            "related": [comments],
+        },
+    ]
+    conn = hub.connect("c", _Loop(), lambda frames: None)
+    for query_id, shape in enumerate(shapes, 1):
+        reads.clear()
+        sub = hub.subscribe(conn, query_id, shape, "normalized")
+        assert reads and not [name for name, locked in reads if locked], shape
+        shared = hub.catalog.queries[sub.key]
+        assert shared.view.result() == fresh_result(live, shared.query)
+
+    settings.RINDLE = {**settings.RINDLE, "WS_MAX_FOOTPRINT_ROWS": 40}
+    reads.clear()
+    built, register = [], hub.catalog.register
+    hub.catalog.register = lambda ast, budget=None: built.append(ast) or register(ast, budget)
+    with pytest.raises(LimitExceeded) as refused:
+        hub.subscribe(conn, 9, {"table": "user", "orderBy": [["name", "asc"]]}, "normalized")
+    assert refused.value.code == "footprint_too_large"
+    assert reads and not [name for name, locked in reads if locked]
+    assert built == []  # refused from what was read ahead: not built again under the lock
+    assert 9 not in conn.subs
