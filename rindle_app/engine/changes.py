@@ -5,6 +5,8 @@ caller's write transaction.
 
 A change is ``{"table", "op": "add", "row"}``, ``{"table", "op": "remove", "old"}``
 or ``{"table", "op": "edit", "old", "row"}``; ``old`` needs only the primary key.
+A row or old image is an object, or positional: a list of one value per column of
+the table's wire schema (``GET /schema``), in its order, as the daemon client sends.
 They apply verbatim, as the original's change-source path does:
 
 - ``add`` inserts the row; a row with the same key is a conflict (``row_exists``)
@@ -92,7 +94,8 @@ def _parse_one(tables, change, i, extra_tables, resolved):
         table = resolved[name] = tables.get(name)
     if op not in OPS:
         raise InvalidInput(f"changes[{i}]: op must be one of {OPS}, not {op!r}", code=INVALID_OP)
-    row, old = change.get("row"), change.get("old")
+    row = _keyed(table, change.get("row"), i, "row")
+    old = _keyed(table, change.get("old"), i, "old")
     if op != "remove":
         _check_row(table, row, i, "row", full_key=op == "add")
     elif row is not None:
@@ -102,6 +105,27 @@ def _parse_one(tables, change, i, extra_tables, resolved):
     elif old is not None:
         raise InvalidInput(f"changes[{i}]: an add carries no old image", code=INVALID_CHANGE)
     return Change(name, op, row, old)
+
+
+def keyed(columns, row, where):
+    """
+    ``row`` as an object: a positional row (a list, the daemon client's form) names
+    ``columns`` in order and must have exactly one value per column; anything else is
+    returned as it is, for the caller's own checks.
+    """
+    if not isinstance(row, list):
+        return row
+    if len(row) != len(columns):
+        raise InvalidInput(
+            f"{where}: a positional row has {len(row)} values; the table has {len(columns)} "
+            f"columns {list(columns)}",
+            code=INVALID_ROW,
+        )
+    return dict(zip(columns, row))
+
+
+def _keyed(table, row, i, field):
+    return keyed([c.name for c in table.wire_columns], row, f"changes[{i}].{field}")
 
 
 def _check_row(table, row, i, field, *, full_key):

@@ -60,7 +60,7 @@ from ..exceptions import (
     RoomFenced,
 )
 from ..ivm.compare import sort_key
-from .changes import apply_changes, parse_changes
+from .changes import apply_changes, keyed, parse_changes
 from .errors import InvalidInput
 from .identifiers import quote
 from .sources import (
@@ -79,8 +79,11 @@ ROOM_LEDGER = "_rindle_room_client_mutations"
 ROOM_WATERMARK = "_rindle_room_watermark"
 ROOM_OUTCOMES = "_rindle_room_mutation_outcomes"
 CLIENT_LEDGER = "_rindle_client_mutations"
-LEDGER_FIELDS = frozenset({"client_id", "last_mutation_id"})
-OUTCOME_FIELDS = frozenset({"client_id", "mid", "kind", "reason", "name", "args"})
+# The co-edits' columns, in the order of their positional form.
+LEDGER_COLUMNS = ("client_id", "last_mutation_id")
+OUTCOME_COLUMNS = ("client_id", "mid", "kind", "reason", "name", "args")  # doc-less
+LEDGER_FIELDS = frozenset(LEDGER_COLUMNS)
+OUTCOME_FIELDS = frozenset(OUTCOME_COLUMNS)
 MAX_TEXT = 255
 MAX_CLIENTS = 1000
 MAX_ID = 2**63 - 1
@@ -184,7 +187,8 @@ def _split(changes):
                 f"changes[{i}]: a {table} co-edit is an add or edit of a row",
                 code=INVALID_CHANGE,
             )
-        row = change.get("row")
+        columns = LEDGER_COLUMNS if table == CLIENT_LEDGER else OUTCOME_COLUMNS
+        row = keyed(columns, change.get("row"), f"changes[{i}].row")
         fields = LEDGER_FIELDS if table == CLIENT_LEDGER else OUTCOME_FIELDS
         if not isinstance(row, dict) or not row.keys() <= fields:
             raise InvalidInput(

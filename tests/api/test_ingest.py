@@ -166,3 +166,20 @@ def test_bad_source_bodies_are_refused_with_a_code(ingest, body, code):
     assert r.json()["error"]["code"] == code
     assert outbox_high_water() == before and count() == 0
     assert ingest.get("/v1/sources/s/checkpoint").status_code == 404
+
+
+def test_the_daemon_clients_positional_rows_are_accepted(ingest):
+    """`@rindle/daemon-client` sends RowChangeTxn rows as arrays in /schema's column order."""
+    from rindle_app.engine import get_engine
+
+    schema = {t["name"]: t for t in get_engine().base_table_schemas()}[TABLE]
+    columns = [c["name"] for c in schema["columns"]]
+    row = {"id": "r1", "label": "x", "n": 3, "meta": None}
+    body = {
+        "source": "d",
+        "offset": "1",
+        "changes": [{"table": TABLE, "op": "add", "row": [row[c] for c in columns]}],
+    }
+    r = post(ingest, "/apply-row-change-txn", body)
+    assert r.status_code == 200 and r.json()["applied"] is True, r.content
+    assert count() == 1

@@ -371,3 +371,22 @@ def test_cas_reads_composite_keys_and_batches_past_one_statement(room):
     finally:
         with connection.cursor() as cursor:
             cursor.execute('DROP TABLE IF EXISTS "room_pairs"')
+
+
+def test_co_edits_and_effects_may_be_positional(room):
+    epoch = room.claim_room_epoch(DOC)
+    batch = [
+        {"table": TABLE, "op": "add", "row": ["r1", "a", 1, None]},
+        {"table": "_rindle_client_mutations", "op": "add", "row": ["c1", 4]},
+        {
+            "table": "_rindle_room_mutation_outcomes",
+            "op": "add",
+            "row": ["c1", 3, "rejected", "no", "m", None],
+        },
+    ]
+    assert flush(room, 1, batch, epoch, cas=True).applied
+    assert rows() == [("r1", "a", 1)]
+    assert room.room_lmids(DOC, ["c1"]) == {"c1": 4}
+    assert scalar("SELECT reason FROM _rindle_room_mutation_outcomes WHERE mid = 3") == "no"
+    with pytest.raises(InvalidInput):
+        flush(room, 2, [{"table": "_rindle_client_mutations", "op": "add", "row": ["c1"]}], epoch)

@@ -159,3 +159,31 @@ def test_bad_input_is_refused_before_anything_is_written(feed, kwargs, code):
 def test_positions_sort_numbers_numerically_and_chunks_after_whole_runs():
     assert position("9", -1) < position("10", -1) < position("10", 0) < position("10", 1)
     assert position("a", -1) < position("b", -1)
+
+
+def test_positional_rows_name_the_wire_columns_in_order(feed):
+    """The daemon client's form: a row or old image as one value per column."""
+    batch = [
+        {"table": TABLE, "op": "add", "row": ["r1", "one", 1, {"k": 1}]},
+        {"table": TABLE, "op": "add", "row": ["r2", "two", 2, None]},
+        {
+            "table": TABLE,
+            "op": "edit",
+            "old": ["r1", "one", 1, {"k": 1}],
+            "row": ["r1", "uno", 1, None],
+        },
+        {"table": TABLE, "op": "remove", "old": ["r2", "two", 2, None]},
+    ]
+    assert feed.apply_source_batch("pos", "1", batch).applied
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT id, label, n FROM "{TABLE}"')
+        assert cursor.fetchall() == [("r1", "uno", 1)]
+
+
+@pytest.mark.parametrize("row", [["r1", "one", 1], ["r1", "one", 1, None, "extra"], []])
+def test_a_positional_row_of_the_wrong_width_is_refused_and_changes_nothing(feed, row):
+    before = outbox_high_water()
+    with pytest.raises(InvalidInput) as err:
+        feed.apply_source_batch("pos", "1", [add(1), {"table": TABLE, "op": "add", "row": row}])
+    assert err.value.code == "invalid_row"
+    assert outbox_high_water() == before and ids() == []
