@@ -376,12 +376,11 @@ def _cas(tx, changes):
             overlay[slot] = None
         elif change.op == "add":
             overlay[slot] = dict(change.row)
-        elif current is not None:
+        elif current is not None:  # an edit may move the row to another key
             after = {**current, **change.row}
             new_key = tuple(sort_key(after[k]) for k in table.primary_key)
-            overlay[slot] = None if new_key != key else after
-            if new_key != key:
-                overlay[(change.table, new_key)] = after
+            overlay[slot] = None
+            overlay[(change.table, new_key)] = after
     return conflicts
 
 

@@ -6,31 +6,16 @@ the ledger covers, "no outcome row" holds exactly when the mutation was applied.
 """
 
 import random
-import subprocess
 from collections import Counter
 
 import pytest
 from django.db import connection
 
-from tests.conftest import child_env
-from tests.support.processes import ROOT, command
+from .test_ingest_crash import WRITES, run_child
 
 NAMES = 3  # the child's docs D0..D2 (tests/support/crash_child.py)
 REJECT_ROOM_EVERY = 5  # the child rejects every 5th mid
-
-WRITES = 10
 STEPS = ("admitted", "effects", "ledger", "cursor", "committed")
-
-
-def run_child(table, step, at):
-    return subprocess.run(
-        command("crash_child", "room", table, WRITES, step, at),
-        cwd=ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def check(table):
@@ -66,12 +51,12 @@ def check(table):
 def test_a_room_host_killed_mid_flush_loses_and_doubles_nothing(engine, step):
     table = f"room_crash_{step}"
     at = random.Random(step).randint(2, WRITES * NAMES - 2)
-    killed = run_child(table, step, at)
+    killed = run_child(table, "room", step, at)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert "ANOMALY" not in killed.stdout, killed.stdout
     landed = check(table)
     assert landed == (at if step == "committed" else at - 1)
-    finished = run_child(table, "none", 0)
+    finished = run_child(table, "room", "none", 0)
     assert finished.returncode == 0 and "DONE" in finished.stdout, finished.stderr[-2000:]
     assert "ANOMALY" not in finished.stdout, finished.stdout
     assert check(table) == WRITES * NAMES
