@@ -52,7 +52,35 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_wake())
     errors.extend(_check_watermarker())
     errors.extend(_check_stream_waiters())
+    errors.extend(_check_room_profiles())
     return errors
+
+
+def _check_room_profiles():
+    from .conf import rindle_settings
+    from .rooms import profile_problems, settings_problem
+
+    problem = settings_problem(rindle_settings)
+    refused = (
+        []
+        if problem is None
+        else [
+            Error(
+                f"RINDLE['ROOM_SESSION_*'] is refused: {problem}.",
+                hint="They time the doorbell's occupancy rows (300 and 120 seconds by default).",
+                id="rindle.E036",
+            )
+        ]
+    )
+    return refused + [
+        Error(
+            problem,
+            hint="A labelled query names a registered room_profile; a footprint is unwindowed "
+            "(no limit, start or one anywhere) and its context tables are among its tables.",
+            id="rindle.E035",
+        )
+        for problem in profile_problems()
+    ]
 
 
 def _check_stream_waiters():

@@ -26,14 +26,19 @@ DEFAULTS = {
     # Most row changes one producer write or change-source batch may carry (the
     # original's per-transaction ceiling).
     "MAX_BATCH_CHANGES": 8191,
-    # Whether room flushes co-commit the realtime lifecycle's rows: the downgrade
-    # watermark (_rindle_room_watermark) and the outcomes of mutations that were not
-    # applied (_rindle_room_mutation_outcomes). Off, outcome rows are accepted and
-    # discarded.
+    # The realtime lifecycle plane: room flushes co-commit the downgrade watermark
+    # (_rindle_room_watermark) and the outcomes of mutations that were not applied
+    # (_rindle_room_mutation_outcomes); the four lifecycle tables are captured and
+    # subscribable, and a realtime-labelled query's lease writes its occupancy row and
+    # carries the lifecycle streams. Off, outcome rows are accepted and discarded.
     "REALTIME_LIFECYCLE": True,
     # Outcome rows a room keeps per client, counted in mutation ids below its room
     # lmid: a flush that raises a client's lmid prunes that client's older outcomes.
     "ROOM_OUTCOME_RETENTION_LMIDS": 1000,
+    # Seconds a labelled lease's occupancy row (_rindle_scope_sessions, the doorbell)
+    # stays live, and seconds an expired one still counts (hysteresis); positive.
+    "ROOM_SESSION_TTL": 300,
+    "ROOM_SESSION_GRACE": 120,
     # Requests the writer accepts before callers are told to back off.
     "WRITER_QUEUE_SIZE": 10_000,
     # Queued requests committed together (each in its own savepoint); 1 disables.

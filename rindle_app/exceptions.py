@@ -177,6 +177,7 @@ CONFLICT = _http("conflict", 409, "A room flush's CAS precondition missed; nothi
 INVALID_DOC = _http("invalid_doc", 400, "The room doc is not a non-empty string.")
 INVALID_EPOCH = _http("invalid_epoch", 400, "The room epoch is not a positive integer.")
 INVALID_CLIENTS = _http("invalid_clients", 400, "clients is not a list of client ids.")
+UNKNOWN_ROOM = _http("unknown_room", 404, "No room profile serves the doc ('<profile>/<key>').")
 HASH_MISMATCH = _http("hash_mismatch", 409, "A stored position was replayed with other content.")
 INVALID_CHUNK_SEQ = _http("invalid_chunk_seq", 400, "chunk_seq is not >= -1.")
 INVALID_HEAD = _http("invalid_head", 400, "head is not a small object.")

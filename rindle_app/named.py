@@ -39,6 +39,8 @@ from .engine.mutations import LEDGER, OWNER_COLUMN
 from .exceptions import INTERNAL_ERROR, INVALID_ARGS, UNAUTHORIZED, UNKNOWN_QUERY, QueryRefused
 
 LMID_QUERY_NAME = "_rindle/clientLmid"
+LIFECYCLE_QUERY_NAME = "_rindle/lifecycle"  # a room doc's system streams (see ``rooms``)
+ROOM_QUERY_NAME = "_rindle/room"  # a room host's upstream footprint (see ``rooms``)
 
 logger = logging.getLogger("rindle.named")
 
@@ -58,6 +60,7 @@ class NamedQuery:
     name: str
     build: object
     args: object = None
+    realtime: object = None  # a rooms.RealtimeLabel: the query opts into a room profile
 
     def validate(self, args):
         spec = self.args
@@ -85,13 +88,20 @@ class NamedQuery:
             ) from None
 
 
-def named_query(name, *, args=None):
-    """Register ``fn(args, ctx)`` (returning a builder query or a wire AST dict) as ``name``."""
+def named_query(name, *, args=None, realtime=None):
+    """
+    Register ``fn(args, ctx)`` (returning a builder query or a wire AST dict) as ``name``.
+    ``realtime``: the room profile the query opts into (a name, or ``{room, args}`` with
+    ``args`` mapping the query's validated args to the profile key's); see ``rooms``.
+    """
     if not isinstance(name, str) or not name or name.startswith("_rindle/"):
         raise ValueError(f"invalid named query name {name!r}")
+    from .rooms import RealtimeLabel
+
+    label = RealtimeLabel.of(realtime)
 
     def register(fn):
-        _registry[name] = NamedQuery(name, fn, args)
+        _registry[name] = NamedQuery(name, fn, args, label)
         return fn
 
     return register
@@ -147,17 +157,13 @@ def resolve(name, args, user=None, *, client_id=None, owner=None):
         if not client_id:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", INVALID_ARGS)
         return lmid_ast(client_id, owner)
-    if not isinstance(name, str) or name not in _registry:
-        raise QueryRefused(f"unknown query {name!r}", UNKNOWN_QUERY)
-    entry = _registry[name]
-    try:
-        encoded = json.dumps(args)
-    except (TypeError, ValueError):
-        raise QueryRefused("arguments must be JSON", INVALID_ARGS) from None
-    if len(encoded.encode()) > int(rindle_settings.MAX_ARGS_BYTES):
-        raise QueryRefused("arguments are too large", INVALID_ARGS)
-    with _answered(name, "validating the arguments of"):
-        clean = entry.validate(args)
+    if name in (LIFECYCLE_QUERY_NAME, ROOM_QUERY_NAME):
+        from . import rooms
+
+        if name == ROOM_QUERY_NAME:
+            return rooms.resolve_room(args, user)
+        return rooms.resolve_lifecycle(args, user, client_id)
+    entry, clean = _validated(name, args)
     adapter = get_adapter()
     try:
         with _answered(name, "authorizing"):
@@ -172,6 +178,31 @@ def resolve(name, args, user=None, *, client_id=None, owner=None):
     with _answered(name, "applying the read rules to"):
         rules = adapter.read_rules(user) or {}
     return compile_permissions(ast, rules)
+
+
+def realtime_doc(name, args):
+    """The room doc labelled query ``name`` derives from ``args`` (None: unlabelled)."""
+    entry, clean = _validated(name, args)
+    if entry.realtime is None:
+        return None
+    from .rooms import label_doc
+
+    with _answered(name, "deriving the room key of"):
+        return label_doc(entry.realtime, clean)
+
+
+def _validated(name, args):
+    if not isinstance(name, str) or name not in _registry:
+        raise QueryRefused(f"unknown query {name!r}", UNKNOWN_QUERY)
+    entry = _registry[name]
+    try:
+        encoded = json.dumps(args)
+    except (TypeError, ValueError):
+        raise QueryRefused("arguments must be JSON", INVALID_ARGS) from None
+    if len(encoded.encode()) > int(rindle_settings.MAX_ARGS_BYTES):
+        raise QueryRefused("arguments are too large", INVALID_ARGS)
+    with _answered(name, "validating the arguments of"):
+        return entry, entry.validate(args)
 
 
 @contextlib.contextmanager

@@ -13,14 +13,14 @@ def install_capture_after_migrate(sender, using="default", **kwargs):
     from .engine import capture
     from .engine.engine import running_engine
     from .engine.registry import synced_models
+    from .engine.rooms import lifecycle_tables
     from .engine.tables import introspect
 
     if using != rindle_settings.DATABASE:
         return
     conn = connections[using]
-    targets = [("_rindle_client_mutations", None), ("_rindle_producer_offsets", None)] + [
-        (m._meta.db_table, m) for m in synced_models()
-    ]
+    system = ("_rindle_client_mutations", "_rindle_producer_offsets", *lifecycle_tables())
+    targets = [(t, None) for t in system] + [(m._meta.db_table, m) for m in synced_models()]
     existing = set(conn.introspection.table_names())
     with transaction.atomic(using=using), conn.cursor() as cursor:
         for table, model in targets:

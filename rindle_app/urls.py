@@ -8,7 +8,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from .api import ingest_views as ingest
-from .api import migrate_views, stream_views, views
+from .api import migrate_views, room_views, stream_views, views
 from .api import sql_views as sql
 from .health import healthz
 from .metrics import metrics_view
@@ -29,6 +29,7 @@ urlpatterns = [
     path("apply-row-change-txn", ingest.ApplyRowChangeTxnView.as_view(), name="rindle-apply-txn"),
     path("claim-room-epoch", ingest.ClaimRoomEpochView.as_view(), name="rindle-claim-room-epoch"),
     path("room-lmids", ingest.RoomLmidsView.as_view(), name="rindle-room-lmids"),
+    path("api/rindle/room-boot", room_views.RoomBootView.as_view(), name="rindle-room-boot"),
     *_under(
         "v1/sources/<str:source>/",
         ("batches", ingest.SourceBatchView, "rindle-source"),

@@ -6,6 +6,7 @@ shapes (``src/components/*.queries.ts``), so a client written for it works here.
 from rest_framework import serializers
 
 from rindle_app.queries import correlate, exists, named_query, table
+from rindle_app.rooms import room_profile
 
 PAGE_MAX = 5000
 FILTER_VALUE_MAX = 200
@@ -113,7 +114,23 @@ def my_issues(args, ctx):
     return issue_card(newest_first(query)).limit(args["limit"])
 
 
-@named_query("issueDetail", args=serializers.CharField(max_length=128, trim_whitespace=False))
+@room_profile("issue", key=lambda issue_id: issue_id, context=("user",), example_key="probe")
+def issue_room(issue_id, ctx):
+    """One issue's room: the issue, its comments and tags (users are read, never written)."""
+    return (
+        table("issue")
+        .where("id", "=", issue_id)
+        .related("comments", ISSUE_CHILDREN, table("comment"))
+        .related("tags", ISSUE_CHILDREN, table("tag"))
+        .related("owner", ISSUE_OWNER, table("user"))
+    )
+
+
+@named_query(
+    "issueDetail",
+    args=serializers.CharField(max_length=128, trim_whitespace=False),
+    realtime="issue",
+)
 def issue_detail(issue_id, ctx):
     query = issue_chrome(table("issue").where("id", "=", issue_id)).select("updatedAt")
     comments = comment_card(table("comment")).order_by("createdAt").order_by("id")

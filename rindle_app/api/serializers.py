@@ -100,10 +100,27 @@ class ErrorResponse(serializers.Serializer):
     error = ErrorDetail()
 
 
+class LifecycleLease(serializers.Serializer):
+    table = serializers.CharField(help_text="The system table the stream serves.")
+    leaseToken = serializers.CharField()
+    scope = serializers.CharField(required=False, help_text="The doorbell's occupancy scope.")
+    doc = serializers.CharField(required=False, help_text="The fence entries' room doc.")
+    clientId = serializers.CharField(required=False)
+
+
+class LifecycleBlock(serializers.Serializer):
+    doorbell = LifecycleLease()
+    fence = LifecycleLease(many=True, required=False)
+
+
 class LeaseResponse(serializers.Serializer):
     leaseToken = serializers.CharField(help_text="Subscribe with it: {t: subscribe, leaseToken}.")
     queryKey = serializers.CharField(help_text="The query's dedup key.")
     expiresAt = serializers.IntegerField(help_text="Milliseconds since the epoch.")
+    lifecycle = LifecycleBlock(
+        required=False,
+        help_text="A realtime-labelled query's system streams (REALTIME_LIFECYCLE on).",
+    )
 
 
 class ReadResponse(serializers.Serializer):

@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from .. import leases, named
+from .. import leases, named, rooms
 from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine import InvalidInput, RindleError, Unavailable, get_engine
@@ -212,11 +212,42 @@ class QueryView(RindleView):
     def post(self, request):
         data = self.validated(s.QueryRequest)
         name, args, client_id = data["name"], data["args"], data["clientId"]
-        _engine, query = resolve(name, args, request.user, client_id)
+        engine, query = resolve(name, args, request.user, client_id)
         token, info = leases.mint(name, args, request.user, client_id, token=request.auth)
-        return Response(
-            {"leaseToken": token, "queryKey": query_key(query), "expiresAt": info["expiresAt"]}
-        )
+        body = {"leaseToken": token, "queryKey": query_key(query), "expiresAt": info["expiresAt"]}
+        block = lifecycle_block(engine, name, args, request.user, client_id, request.auth)
+        if block is not None:
+            body["lifecycle"] = block
+        return Response(body)
+
+
+def lifecycle_block(engine, name, args, user, client_id, auth):
+    """
+    The ``lifecycle`` block of a realtime-labelled query's lease, after writing the
+    caller's occupancy row; None when unlabelled or the lifecycle is off. It fails
+    open: a lease is never refused for its lifecycle streams (logged instead).
+    """
+    if not rindle_settings.REALTIME_LIFECYCLE:
+        return None
+    try:
+        doc = named.realtime_doc(name, args)
+        if doc is None:
+            return None
+        rooms.touch_session(engine, doc, client_id)
+        parent = {"name": name, "args": args}
+
+        def entry(table, **identity):
+            lease_args = {"table": table, **identity, "parent": parent}
+            token, _info = leases.mint(
+                rooms.LIFECYCLE_QUERY_NAME, lease_args, user, client_id, token=auth
+            )
+            return {"table": table, "leaseToken": token, **identity}
+
+        # The fence bundle rides only a room-served lease; no room host serves one yet.
+        return {"doorbell": entry(rooms.SCOPE_SESSIONS, scope=doc)}
+    except (RindleError, DatabaseError):
+        logger.warning("rindle: the lifecycle streams of %r were not minted", name, exc_info=True)
+        return None
 
 
 class ReadView(RindleView):

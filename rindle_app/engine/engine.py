@@ -25,6 +25,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 from ..conf import rindle_settings
 from . import capture
 from .census import PRODUCER_OFFSETS, ProducerCensus
+from .rooms import lifecycle_tables
 from .tables import TableMap, create_table_sql, introspect
 from .writer import Commit, Writer, is_infrastructure_error
 
@@ -93,6 +94,8 @@ class Engine:
         self.write(install_ledger_functions)
         self.register_existing_table(LEDGER, private=(OWNER_COLUMN,))
         self.register_existing_table(PRODUCER_OFFSETS)  # replicated data: captured
+        for table in lifecycle_tables():  # subscribable through leases, never in /schema
+            self.register_existing_table(table)
         for model in synced_models():
             self.register_existing_table(model._meta.db_table, model=model)
 

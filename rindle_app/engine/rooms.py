@@ -79,6 +79,9 @@ ROOM_LEDGER = "_rindle_room_client_mutations"
 ROOM_WATERMARK = "_rindle_room_watermark"
 ROOM_OUTCOMES = "_rindle_room_mutation_outcomes"
 CLIENT_LEDGER = "_rindle_client_mutations"
+SCOPE_SESSIONS = "_rindle_scope_sessions"
+# The realtime lifecycle's system streams (the doorbell, then the fence bundle).
+LIFECYCLE_TABLES = (SCOPE_SESSIONS, ROOM_WATERMARK, ROOM_LEDGER, ROOM_OUTCOMES)
 # The co-edits' columns, in the order of their positional form.
 LEDGER_COLUMNS = ("client_id", "last_mutation_id")
 OUTCOME_COLUMNS = ("client_id", "mid", "kind", "reason", "name", "args")  # doc-less
@@ -88,6 +91,11 @@ MAX_TEXT = 255
 MAX_CLIENTS = 1000
 MAX_ID = 2**63 - 1
 CAS_READ_KEYS = 500  # keys per statement of the CAS pass's read of the current rows
+
+
+def lifecycle_tables():
+    """The system tables the engine registers and captures (none with the lifecycle off)."""
+    return LIFECYCLE_TABLES if rindle_settings.REALTIME_LIFECYCLE else ()
 
 
 def _doc(doc):

@@ -87,7 +87,7 @@ from ..exceptions import (
 )
 from ..flow import quota
 from ..ivm.ast import QueryError
-from ..named import LMID_QUERY_NAME, QueryRefused, resolve
+from ..named import LMID_QUERY_NAME, ROOM_QUERY_NAME, QueryRefused, resolve
 from ..runtime import get_runtime
 from . import limits, wire, workers
 
@@ -589,6 +589,9 @@ class RindleConsumer(AsyncWebsocketConsumer):
         """The AST of the named query (a worker thread: it may read the database)."""
         if name == LMID_QUERY_NAME and self.client_id is None:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", INVALID_ARGS)
+        if name == ROOM_QUERY_NAME and not (self.token and self.token.has_scope("rooms")):
+            # A room's footprint is the room host's upstream, not a browser's query.
+            raise QueryRefused(f"{ROOM_QUERY_NAME} needs a token with scope 'rooms'", UNAUTHORIZED)
         limits.check_subscriptions(self.conn, query_id)  # before any work (the hub re-checks)
         return resolve(name, args, user, client_id=self.client_id, owner=self._owner())
 

@@ -76,11 +76,15 @@ export const myIssues = defineQuery("myIssues", (args, ctx) =>
   issueCard(newestFirst(q.issue.where.ownerId(ctx.user ?? ""))).limit(args.limit),
 );
 
-export const issueDetail = defineQuery("issueDetail", (issueId) =>
-  issueChrome(q.issue.where.id(issueId))
-    .select("updatedAt")
-    .sub("comments", comment, ISSUE_CHILDREN, (c) => commentCard(c).orderBy("createdAt", "asc").orderBy("id", "asc"))
-    .one(),
+// Realtime-labelled, as the server's issueDetail is: its lease carries the lifecycle streams.
+export const issueDetail = defineQuery(
+  "issueDetail",
+  (issueId) =>
+    issueChrome(q.issue.where.id(issueId))
+      .select("updatedAt")
+      .sub("comments", comment, ISSUE_CHILDREN, (c) => commentCard(c).orderBy("createdAt", "asc").orderBy("id", "asc"))
+      .one(),
+  { realtime: { room: "issue" } },
 );
 
 export const recentComments = defineQuery("recentComments", (args) =>

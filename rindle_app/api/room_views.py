@@ -1,0 +1,96 @@
+"""
+``POST /api/rindle/room-boot``: a room host's cold boot, as the original answers it.
+
+A room host (the original's room shell, or any process that holds a ``rooms``
+token) boots one doc: the doc's profile resolves its footprint (checked unwindowed
+and against the table map), the next placement epoch is claimed FIRST (so a boot
+that loses the race learns it before anything is leased), and the answer carries
+the upstream lease (subscribe it on ``/ws/rindle/`` as ``_rindle/room``), the
+per-table write scopes and the flush routes with the headers to present on them::
+
+    {epoch, upstreamLeaseToken, upstreamWsEndpoint, scopes: [...],
+     flush: {urls: {apply, claim, lmids}, headers: {Authorization: ...}}}
+
+The flush headers are the boot request's own bearer credential: the flush routes
+need scope ``rooms``, which the boot needed already, so nothing new is handed out.
+"""
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from .. import leases, rooms
+from ..engine import get_engine
+from ..exceptions import INVALID_QUERY, QueryRefused
+from ..ivm.ast import QueryError, parse
+from .ingest_views import RoomView
+from .serializers import ErrorResponse, StrictCharField
+
+
+class RoomBootRequest(serializers.Serializer):
+    doc = StrictCharField(max_length=255, trim_whitespace=False)
+    instance = StrictCharField(
+        max_length=255,
+        trim_whitespace=False,
+        required=False,
+        help_text="The booting host's identity, for diagnostics only.",
+    )
+
+
+class RoomBootResponse(serializers.Serializer):
+    epoch = serializers.IntegerField()
+    upstreamLeaseToken = serializers.CharField()
+    upstreamWsEndpoint = serializers.CharField()
+    scopes = serializers.ListField(child=serializers.DictField())
+    flush = serializers.DictField()
+
+
+class RoomBootView(RoomView):
+    """``POST /api/rindle/room-boot {doc}``: claim the doc's epoch and lease its footprint."""
+
+    @extend_schema(
+        operation_id="rindle_room_boot",
+        summary="Boot a room: claim its epoch, lease its footprint",
+        request=RoomBootRequest,
+        responses={
+            200: RoomBootResponse,
+            **{status: OpenApiResponse(ErrorResponse) for status in (400, 401, 403, 404, 503)},
+        },
+    )
+    def post(self, request):
+        data = self.validated(RoomBootRequest)
+        doc = data["doc"]
+        profile, key = rooms.split_doc(doc)
+        engine = get_engine()
+        ast = rooms.footprint_for(profile, key, request.user)
+        try:
+            parse(ast, engine.tables)
+        except QueryError as exc:
+            raise QueryRefused(
+                f"room profile {profile.name!r} built an invalid footprint: {exc}", INVALID_QUERY
+            ) from None
+        epoch = engine.claim_room_epoch(doc)
+        token, _info = leases.mint(
+            rooms.ROOM_QUERY_NAME, {"doc": doc}, request.user, token=request.auth
+        )
+        scheme = "wss" if request.is_secure() else "ws"
+        headers = {}
+        if request.META.get("HTTP_AUTHORIZATION"):
+            headers["Authorization"] = request.META["HTTP_AUTHORIZATION"]
+        return Response(
+            {
+                "epoch": epoch,
+                "upstreamLeaseToken": token,
+                "upstreamWsEndpoint": f"{scheme}://{request.get_host()}/ws/rindle/",
+                "scopes": rooms.compile_scopes(ast, set(profile.context)),
+                "flush": {
+                    "urls": {
+                        "apply": reverse("rindle-apply-txn"),
+                        "claim": reverse("rindle-claim-room-epoch"),
+                        "lmids": reverse("rindle-room-lmids"),
+                    },
+                    "headers": headers,
+                },
+            }
+        )
