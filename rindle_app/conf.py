@@ -39,6 +39,14 @@ DEFAULTS = {
     # stays live, and seconds an expired one still counts (hysteresis); positive.
     "ROOM_SESSION_TTL": 300,
     "ROOM_SESSION_GRACE": 120,
+    # Whether this process hosts rooms: a labelled query's lease is room-served (its
+    # clients exchange mutations through /ws/rindle/room/) once ROOM_MIN_SESSIONS
+    # clients lease its doc. A room lives in one process: off by default, turn it on
+    # where a doc's sockets reach one process (one server, or sticky routing).
+    "ROOMS_ENABLED": False,
+    "ROOM_MIN_SESSIONS": 2,
+    # Seconds between a room's flushes of its pending mutations to the database.
+    "ROOM_FLUSH_INTERVAL": 0.05,
     # Requests the writer accepts before callers are told to back off.
     "WRITER_QUEUE_SIZE": 10_000,
     # Queued requests committed together (each in its own savepoint); 1 disables.

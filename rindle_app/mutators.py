@@ -15,9 +15,14 @@ A mutator runs on the engine's writer thread inside one transaction with the
 client's lmid; raising ``MutationRejected`` (or any business error) rolls its
 writes back, ORM writes included, and still advances the lmid. ``Tx`` documents
 the helpers a mutator writes with.
+
+``room_mutator(profile)`` registers a ROOM mutator: the room host of a doc of that
+profile runs it in memory, ``fn(tx, args)`` over the room's rows (``tx.get``,
+``tx.add``, ``tx.edit``, ``tx.remove``); raising ``MutationRejected`` rejects it.
 """
 
 from .engine.mutations import MutationRejected, mutator
 from .engine.tx import Tx
+from .rooms import room_mutator
 
-__all__ = ["MutationRejected", "Tx", "mutator"]
+__all__ = ["MutationRejected", "Tx", "mutator", "room_mutator"]

@@ -11,12 +11,15 @@ Public API: named queries, the only queries a client can subscribe to.
 
 ``table`` starts an AST builder; ``cond``, ``and_``, ``or_``, ``not_``, ``exists``,
 ``not_exists`` and ``correlate`` build its conditions; ``from_queryset`` turns a
-Django QuerySet into the same AST.
+Django QuerySet into the same AST. ``room_profile`` declares a room profile, the
+rows one collaborative doc owns (see ``rindle_app.rooms``), that a query opts into
+with ``named_query(..., realtime="<profile>")``.
 """
 
 from .ivm.builder import and_, cond, correlate, exists, not_, not_exists, or_, table
 from .ivm.queryset import from_queryset
 from .named import named_query
+from .rooms import room_profile
 
 __all__ = [
     "and_",
@@ -28,5 +31,6 @@ __all__ = [
     "not_",
     "not_exists",
     "or_",
+    "room_profile",
     "table",
 ]

@@ -73,6 +73,7 @@ from .named import resolve as resolve_named
 DOC_SEPARATOR = "/"
 
 FENCE_TABLES = (ROOM_WATERMARK, ROOM_LEDGER, ROOM_OUTCOMES)
+ROOM_SERVE_QUERY_NAME = "_rindle/roomQuery"  # a room token: {doc, parent}, never by name
 
 MAX_KEY_CHARS = 200
 
@@ -150,6 +151,28 @@ def room_profile(name, *, key, context=(), example_key=None):
 
 def profiles():
     return dict(_profiles)
+
+
+_mutators = {}  # profile name -> {mutator name: fn(tx, args)}
+
+
+def room_mutator(profile, name=None):
+    """
+    Register ``fn(tx, args)`` as room mutator ``name`` (default: the function's name)
+    of room profile ``profile``: the room host runs it against the room's rows in
+    memory (``tx.get/add/edit/remove``); raising ``RoomReject`` rejects it.
+    """
+
+    def register(fn):
+        _mutators.setdefault(profile, {})[name or fn.__name__] = fn
+        return fn
+
+    return register
+
+
+def mutators_of(profile):
+    """{name: fn} of the room mutators of ``profile`` (a name)."""
+    return dict(_mutators.get(profile, {}))
 
 
 def split_doc(doc):
@@ -406,15 +429,110 @@ def footprint_for(profile, key, user):
         raise QueryRefused(str(exc), INTERNAL_ERROR) from None
 
 
+def load_footprint(engine, profile, key):
+    """
+    ``{table: [row, ...]}``: the rows of the footprint of ``profile`` for ``key``,
+    read from the database now (unwindowed, so bounded by what the doc owns). The
+    room host loads it at boot; no read rule applies (each room-served query is
+    resolved with its subscriber's rules compiled in, and evaluated over these rows).
+    """
+    from django.db import connections
+
+    from .ivm.ast import parse
+    from .ivm.sql import run_query
+
+    query = parse(footprint_for(profile, key, None), engine.tables)
+    view = run_query(query, connections[engine.using], engine.tables)
+    nodes = [] if view is None else (view if isinstance(view, list) else [view])
+    out = {}
+    _footprint_rows(engine.tables, query, nodes, out)
+    return {table: list(rows.values()) for table, rows in out.items()}
+
+
+def _footprint_rows(schema, query, nodes, out):
+    table = schema.get(query.table)
+    names = [c.name for c in table.wire_columns]
+    found = out.setdefault(query.table, {})
+    for node in nodes:
+        row = {n: node.get(n) for n in names}
+        found[tuple(row[c] for c in table.primary_key)] = row
+        for rel in query.related:
+            sub = rel.subquery
+            if sub.aggregate is not None:
+                continue
+            children = node.get(sub.alias)
+            if isinstance(children, dict):
+                children = [children]
+            _footprint_rows(schema, sub, children or [], out)
+
+
+def footprint_tables(profile, key):
+    """The tables the footprint of ``profile`` for ``key`` reads."""
+    nodes = {}
+    _collect(footprint_for(profile, key, None), True, nodes, {})
+    return frozenset(nodes)
+
+
+def query_tables(query):
+    """Every table a parsed query reads: its own, its relationships' and its EXISTS'."""
+    from .ivm.ast import subqueries
+
+    found = {query.table}
+    for related in subqueries(query):
+        found |= query_tables(related.subquery)
+    return found
+
+
+def has_aggregate(query):
+    from .ivm.ast import subqueries
+
+    below = [*query.related, *subqueries(query)]
+    return query.aggregate is not None or any(has_aggregate(r.subquery) for r in below)
+
+
+def realtime_block(request, name, args, doc, user, client_id, auth):
+    """
+    The ``realtime`` block of a room-served lease: the room socket's endpoint, the
+    room token (a lease on ``_rindle/roomQuery`` naming the doc and this query), its
+    expiry and the footprint's table scopes.
+    """
+    from . import leases
+
+    profile, key = split_doc(doc)
+    token, info = leases.mint(
+        ROOM_SERVE_QUERY_NAME,
+        {"doc": doc, "parent": {"name": name, "args": args}},
+        user,
+        client_id,
+        token=auth,
+    )
+    scheme = "wss" if request.is_secure() else "ws"
+    from urllib.parse import quote
+
+    return {
+        "sourceKey": f"room:{doc}",
+        "wsEndpoint": f"{scheme}://{request.get_host()}/ws/rindle/room/?doc={quote(doc, safe='')}",
+        "roomToken": token,
+        "exp": info["expiresAt"],
+        "doc": doc,
+        "tables": compile_scopes(footprint_for(profile, key, user), set(profile.context)),
+    }
+
+
 # --- occupancy (the doorbell's rows) --------------------------------------------------
 
 
 def settings_problem(settings):
-    """Why ROOM_SESSION_TTL / ROOM_SESSION_GRACE are refused (None: they are fine)."""
-    for name in ("ROOM_SESSION_TTL", "ROOM_SESSION_GRACE"):
+    """Why the ROOM_* timings or ROOMS_ENABLED are refused (None: they are fine)."""
+    for name in ("ROOM_SESSION_TTL", "ROOM_SESSION_GRACE", "ROOM_FLUSH_INTERVAL"):
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             return f"{name} must be a positive number of seconds, not {value!r}"
+    value = settings.ROOM_MIN_SESSIONS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"ROOM_MIN_SESSIONS must be a positive integer, not {value!r}"
+    if not isinstance(settings.ROOMS_ENABLED, bool):
+        return f"ROOMS_ENABLED must be True or False, not {settings.ROOMS_ENABLED!r}"
     return None
 
 

@@ -3,5 +3,9 @@
 from django.urls import path
 
 from .realtime.consumer import RindleConsumer
+from .realtime.room_consumer import RoomConsumer
 
-websocket_urlpatterns = [path("ws/rindle/", RindleConsumer.as_asgi())]
+websocket_urlpatterns = [
+    path("ws/rindle/", RindleConsumer.as_asgi()),
+    path("ws/rindle/room/", RoomConsumer.as_asgi()),
+]

@@ -126,6 +126,8 @@ class Runtime:
         self.retention_stats = RetentionStats()
         self._bell_lock = threading.Lock()
         self._bell = None
+        self._rooms_lock = threading.Lock()
+        self._rooms = None
         # The one start of the hub in the background (``hub_ready``) and its thread.
         self._start_lock = threading.Lock()
         self._hub_future = None
@@ -162,7 +164,8 @@ class Runtime:
         return engine if engine is not None and not engine.closed else None
 
     def stop_engine(self, timeout=None):
-        """Close the hub, then drain and close the engine (``engine.shutdown()``)."""
+        """Flush the rooms, close the hub, then drain and close the engine."""
+        self.stop_rooms()
         with self._engine_lock:
             self.stop_hub()
             engine, self._engine = self._engine, None
@@ -505,6 +508,29 @@ class Runtime:
             bell.close()
 
     # --- all of it -----------------------------------------------------------------
+
+    # --- 9. the live rooms -------------------------------------------------------------
+
+    @property
+    def rooms(self):
+        """The live rooms of this process (``realtime.room_server.RoomRegistry``)."""
+        rooms = self._rooms
+        if rooms is not None:
+            return rooms
+        with self._rooms_lock:
+            if self._rooms is None:
+                self._check_open()
+                from .realtime.room_server import RoomRegistry
+
+                self._rooms = RoomRegistry(self.engine)
+            return self._rooms
+
+    def stop_rooms(self):
+        """Flush every live room and drop it (their sockets are closed to retry)."""
+        with self._rooms_lock:
+            rooms, self._rooms = self._rooms, None
+        if rooms is not None:
+            rooms.close()
 
     def shutdown(self, timeout=None, flush=True):
         """

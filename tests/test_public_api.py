@@ -27,6 +27,7 @@ SURFACE = {
         "mutator": mutations.mutator,
         "MutationRejected": mutations.MutationRejected,
         "Tx": writer.Tx,  # the class the writer thread hands to every request
+        "room_mutator": importlib.import_module("rindle_app.rooms").room_mutator,
     },
     queries: {
         "named_query": importlib.import_module("rindle_app.named").named_query,
@@ -39,6 +40,7 @@ SURFACE = {
         "not_exists": builder.not_exists,
         "correlate": builder.correlate,
         "from_queryset": queryset.from_queryset,
+        "room_profile": importlib.import_module("rindle_app.rooms").room_profile,
     },
 }
 PUBLIC_MODULES = (

@@ -136,3 +136,35 @@ def test_bad_session_timings_are_a_system_check_error(settings, value):
 
     settings.RINDLE = {**settings.RINDLE, "ROOM_SESSION_GRACE": value}
     assert [e.id for e in _check_room_profiles()] == ["rindle.E036"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_footprint_loads_every_row_the_doc_owns_and_no_other():
+    from project.demo import models as demo
+    from rindle_app.engine import get_engine, shutdown
+
+    shutdown()
+    engine = get_engine()
+    try:
+        for uid in ("u1", "u2"):
+            demo.User.objects.create(id=uid, name=uid)
+        for iid, owner in (("i1", "u1"), ("i2", "u2")):
+            demo.Issue.objects.create(
+                id=iid, title=iid, status="todo", priority="low", owner_id=owner,
+                created_at=1, updated_at=1,
+            )  # fmt: skip
+            demo.Comment.objects.create(
+                id=f"c-{iid}", issue_id=iid, author_id=owner, body="b", created_at=1
+            )
+            demo.Tag.objects.create(id=f"t-{iid}", issue_id=iid, name="x")
+        profile, key = rooms.split_doc("issue/i1")
+        rows = rooms.load_footprint(engine, profile, key)
+        assert {t: sorted(r["id"] for r in rs) for t, rs in rows.items()} == {
+            "issue": ["i1"],
+            "comment": ["c-i1"],
+            "tag": ["t-i1"],
+            "user": ["u1"],
+        }
+        assert rows["issue"][0]["ownerId"] == "u1" and "comments" not in rows["issue"][0]
+    finally:
+        shutdown()

@@ -12,7 +12,7 @@ original's owner-gated delete, so a client's optimistic state simply snaps back.
 from django.core.exceptions import PermissionDenied
 from rest_framework import serializers
 
-from rindle_app.mutators import MutationRejected, mutator
+from rindle_app.mutators import MutationRejected, mutator, room_mutator
 
 from .models import PRIORITIES, STATUSES
 
@@ -293,3 +293,41 @@ def delete_issue(tx, args, user):
     tx.execute(f'DELETE FROM "comment" WHERE "issueId" = ({owned})', gate)
     tx.execute(f'DELETE FROM "tag" WHERE "issueId" = ({owned})', gate)
     tx.execute('DELETE FROM "issue" WHERE "id" = %s AND "ownerId" = %s', gate)
+
+
+# --- the issue room's mutators ---------------------------------------------------------
+#
+# In a room (two or more people on one issue, RINDLE["ROOMS_ENABLED"]), these run in
+# the room host's memory and reach the other people at once; the host flushes them
+# to the database in batches. Same names, arguments and effects as the mutators above.
+
+
+def _room_args(serializer_class, args):
+    serializer = serializer_class(data=args)
+    if not serializer.is_valid():
+        raise MutationRejected("bad arguments", code="invalid_args")
+    return serializer.validated_data
+
+
+def _room_touch(tx, issue_id, changes, updated_at):
+    if tx.get("issue", issue_id) is not None:
+        tx.edit("issue", issue_id, {**changes, "updatedAt": updated_at})
+
+
+@room_mutator("issue", "editTitle")
+def room_edit_title(tx, args):
+    args = _room_args(EditTitleArgs, args)
+    reject_spam(args["title"])
+    _room_touch(tx, args["id"], {"title": args["title"]}, args["updatedAt"])
+
+
+@room_mutator("issue", "setStatus")
+def room_set_status(tx, args):
+    args = _room_args(SetStatusArgs, args)
+    _room_touch(tx, args["id"], {"status": args["status"]}, args["updatedAt"])
+
+
+@room_mutator("issue", "setPriority")
+def room_set_priority(tx, args):
+    args = _room_args(SetPriorityArgs, args)
+    _room_touch(tx, args["id"], {"priority": args["priority"]}, args["updatedAt"])

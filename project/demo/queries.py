@@ -5,8 +5,7 @@ shapes (``src/components/*.queries.ts``), so a client written for it works here.
 
 from rest_framework import serializers
 
-from rindle_app.queries import correlate, exists, named_query, table
-from rindle_app.rooms import room_profile
+from rindle_app.queries import correlate, exists, named_query, room_profile, table
 
 PAGE_MAX = 5000
 FILTER_VALUE_MAX = 200

@@ -215,25 +215,26 @@ class QueryView(RindleView):
         engine, query = resolve(name, args, request.user, client_id)
         token, info = leases.mint(name, args, request.user, client_id, token=request.auth)
         body = {"leaseToken": token, "queryKey": query_key(query), "expiresAt": info["expiresAt"]}
-        block = lifecycle_block(engine, name, args, request.user, client_id, request.auth)
-        if block is not None:
-            body["lifecycle"] = block
+        body.update(lifecycle_block(request, engine, name, args, client_id))
         return Response(body)
 
 
-def lifecycle_block(engine, name, args, user, client_id, auth):
+def lifecycle_block(request, engine, name, args, client_id):
     """
-    The ``lifecycle`` block of a realtime-labelled query's lease, after writing the
-    caller's occupancy row; None when unlabelled or the lifecycle is off. It fails
-    open: a lease is never refused for its lifecycle streams (logged instead).
+    The additions to a realtime-labelled query's lease, after writing the caller's
+    occupancy row: ``lifecycle`` (the doorbell; with a room, the fence streams too)
+    and, once ``ROOM_MIN_SESSIONS`` sessions share the doc on a server hosting rooms,
+    ``realtime`` (the room to serve it from). Empty when unlabelled or the lifecycle
+    is off. It fails open: a lease is never refused for them (logged instead).
     """
     if not rindle_settings.REALTIME_LIFECYCLE:
-        return None
+        return {}
+    user, auth = request.user, request.auth
     try:
         doc = named.realtime_doc(name, args)
         if doc is None:
-            return None
-        rooms.touch_session(engine, doc, client_id)
+            return {}
+        others, lingering = rooms.touch_session(engine, doc, client_id)
         parent = {"name": name, "args": args}
 
         def entry(table, **identity):
@@ -243,11 +244,22 @@ def lifecycle_block(engine, name, args, user, client_id, auth):
             )
             return {"table": table, "leaseToken": token, **identity}
 
-        # The fence bundle rides only a room-served lease; no room host serves one yet.
-        return {"doorbell": entry(rooms.SCOPE_SESSIONS, scope=doc)}
+        out = {"lifecycle": {"doorbell": entry(rooms.SCOPE_SESSIONS, scope=doc)}}
+        sessions = others + (1 if client_id else 0)
+        if rindle_settings.ROOMS_ENABLED and (
+            sessions >= int(rindle_settings.ROOM_MIN_SESSIONS) or lingering
+        ):
+            out["realtime"] = rooms.realtime_block(request, name, args, doc, user, client_id, auth)
+            fence = [entry(rooms.ROOM_WATERMARK, doc=doc)]
+            for table in (rooms.ROOM_LEDGER, rooms.ROOM_OUTCOMES):
+                fence.append(
+                    entry(table, doc=doc, **({"clientId": client_id} if client_id else {}))
+                )
+            out["lifecycle"]["fence"] = fence
+        return out
     except (RindleError, DatabaseError):
         logger.warning("rindle: the lifecycle streams of %r were not minted", name, exc_info=True)
-        return None
+        return {}
 
 
 class ReadView(RindleView):

@@ -1,0 +1,236 @@
+"""
+The room socket, ``/ws/rindle/room/?doc=<profile>/<key>``: what a room-served lease's
+``realtime.wsEndpoint`` names, speaking the normalized protocol of ``/ws/rindle/``
+for one room (``realtime.room_server``).
+
+Client frames:
+
+- ``init {clientID}``.
+- ``subscribe {queryId, name: "_rindle/clientLmid"}``: the client's ROOM lmid, which
+  moves only when a flush made it durable.
+- ``subscribe {queryId, leaseToken}`` with the lease's ``realtime.roomToken``: the
+  token names the doc and the labelled query; the query is resolved again for the
+  token's user (its read rules compiled in), must derive this doc and read only the
+  footprint's tables, and is then served from the room's rows. The first token binds
+  the socket to its user, as a lease does on ``/ws/rindle/``.
+- ``unsubscribe {queryId}``.
+- ``pushMutation {envelope}``: one room mutation of the socket's client, applied by
+  the room host in arrival order.
+
+Bad frames get an ``error`` (the socket stays open); an unknown doc, a room socket
+with rooms off (``ROOMS_ENABLED``) or a doc without a profile is refused at the
+handshake.
+"""
+
+import asyncio
+import json
+import logging
+from urllib.parse import parse_qs
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from .. import leases, named, rooms
+from ..conf import rindle_settings
+from ..engine.mutations import principal_key
+from ..exceptions import (
+    BAD_FRAME,
+    FRAME_TOO_LARGE,
+    INVALID_ARGS,
+    UNSUPPORTED,
+    QueryRefused,
+    RindleError,
+    RoomClosed,
+)
+from ..ivm.ast import QueryError, parse
+from ..runtime import get_runtime
+from . import wire, workers
+from .consumer import _envelope_problem, _is_query_id
+
+logger = logging.getLogger("rindle.rooms")
+
+CLOSE_RETRY = 4503
+MAX_CLIENT_ID = 128
+
+
+class RoomConsumer(AsyncWebsocketConsumer):
+    room = None
+    client_id = None
+    _principal = leases.UNBOUND
+    _profile = None
+    _key = None
+
+    async def connect(self):
+        doc = (parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("doc") or [""])[
+            0
+        ]
+        if not rindle_settings.ROOMS_ENABLED:
+            await self.close()
+            return
+        try:
+            self._profile, self._key = rooms.split_doc(doc)
+        except RindleError:
+            await self.close()
+            return
+        self.doc = doc
+        self._runtime = get_runtime(None)
+        self._loop = asyncio.get_running_loop()
+        self._outbox = asyncio.Queue()
+        self._sender = asyncio.ensure_future(self._send_frames())
+        await self.accept()
+
+    async def disconnect(self, code):
+        if self._sender is not None:
+            self._sender.cancel()
+        room = self.room
+        if room is not None:
+            self.room = None
+            await workers.run_db(self._runtime.rooms.leave, self, room)
+
+    # --- what the room calls (from any thread) ------------------------------------------
+
+    def deliver(self, frames):
+        self._loop.call_soon_threadsafe(self._outbox.put_nowait, frames)
+
+    def close_later(self, code):
+        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.close(code=code)))
+
+    async def _send_frames(self):
+        while True:
+            for frame in await self._outbox.get():
+                await self.send(text_data=frame)
+
+    # --- client frames ------------------------------------------------------------------
+
+    async def receive(self, text_data=None, bytes_data=None):
+        if text_data is None:
+            return await self._error("frames are JSON text", BAD_FRAME)
+        if len(text_data) > int(rindle_settings.WS_MAX_FRAME_BYTES):
+            return await self._error(
+                f"a frame may be at most {rindle_settings.WS_MAX_FRAME_BYTES} bytes",
+                FRAME_TOO_LARGE,
+            )
+        try:
+            msg = json.loads(text_data)
+        except ValueError:
+            return await self._error("a frame must be a JSON object", BAD_FRAME)
+        kind = msg.get("t") if isinstance(msg, dict) else None
+        handler = {
+            "init": self._init,
+            "subscribe": self._subscribe,
+            "unsubscribe": self._unsubscribe,
+            "pushMutation": self._push,
+        }.get(kind)
+        if handler is None:
+            return await self._error(f"unknown frame type {kind!r}", BAD_FRAME)
+        try:
+            await handler(msg)
+        except RoomClosed:
+            await self.close(code=CLOSE_RETRY)
+        except RindleError as exc:
+            await self._error(exc.message, exc.code, retryable=exc.retryable)
+
+    async def _init(self, msg):
+        client_id = msg.get("clientID")
+        if not isinstance(client_id, str) or not 0 < len(client_id) <= MAX_CLIENT_ID:
+            return await self._error(
+                f"init needs a clientID string of 1..{MAX_CLIENT_ID} characters", BAD_FRAME
+            )
+        if self.client_id not in (None, client_id):
+            return await self._error("this connection already identified as another", BAD_FRAME)
+        self.client_id = client_id
+
+    async def _subscribe(self, msg):
+        query_id = msg.get("queryId")
+        if not _is_query_id(query_id):
+            return await self._error("queryId must be a non-negative integer", BAD_FRAME)
+        if msg.get("name") == named.LMID_QUERY_NAME and "leaseToken" not in msg:
+            if self.client_id is None:
+                return await self._query_error(query_id, "send init first", INVALID_ARGS)
+            if self.room is None:
+                return await self._query_error(
+                    query_id, "subscribe a room token before the room lmid", INVALID_ARGS
+                )
+            return await workers.run_db(self._lmid, query_id)
+        token = msg.get("leaseToken")
+        if not isinstance(token, str) or "name" in msg:
+            return await self._error(
+                "a room socket subscribes a room token (leaseToken) or the room lmid", BAD_FRAME
+            )
+        try:
+            await workers.run_db(self._serve, query_id, token)
+        except (QueryRefused, leases.LeaseError) as exc:
+            await self._query_error(query_id, exc.message, exc.code)
+        except QueryError as exc:
+            await self._query_error(query_id, f"invalid query: {exc}", UNSUPPORTED)
+
+    def _lmid(self, query_id):
+        engine = self._runtime.engine
+        ast = named.lmid_ast(self.client_id)
+        shape = wire.NormalizedShape(parse(ast, engine.tables), engine.tables)
+        self.room.subscribe_lmid(self, query_id, shape, self.client_id)
+
+    def _serve(self, query_id, token):
+        """Verify the room token, resolve its query for its user, join and serve (a thread)."""
+        lease = leases.redeem_as_credential(token, self._principal)
+        args = lease.args if isinstance(lease.args, dict) else {}
+        parent = args.get("parent") if isinstance(args.get("parent"), dict) else {}
+        if lease.name != rooms.ROOM_SERVE_QUERY_NAME or args.get("doc") != self.doc:
+            raise QueryRefused("this token is not a room token of this doc", INVALID_ARGS)
+        user = leases.lease_user(lease)
+        self._principal = lease.user_id
+        if self.client_id is not None:
+            owner = principal_key(user)
+            self._runtime.engine.check_owner(self.client_id, owner)
+        ast = named.resolve(parent.get("name"), parent.get("args"), user, client_id=self.client_id)
+        if named.realtime_doc(parent["name"], parent.get("args")) != self.doc:
+            raise QueryRefused(f"{parent['name']!r} does not derive this room", INVALID_ARGS)
+        engine = self._runtime.engine
+        query = parse(ast, engine.tables)
+        footprint = rooms.footprint_tables(self._profile, self._key)
+        outside = rooms.query_tables(query) - footprint
+        if outside or rooms.has_aggregate(query):
+            what = f"reads {', '.join(sorted(outside))} outside" if outside else "aggregates over"
+            raise QueryRefused(f"{parent['name']!r} {what} the room's footprint", UNSUPPORTED)
+        shape = wire.NormalizedShape(query, engine.tables)
+        if self.room is None:
+            profile = self._profile
+            self.room = self._runtime.rooms.join(
+                self,
+                self.doc,
+                profile,
+                self._key,
+                rooms.mutators_of(profile.name),
+                lambda e: rooms.load_footprint(e, profile, self._key),
+                footprint,
+            )
+        self.room.subscribe(self, query_id, query, shape)
+
+    async def _unsubscribe(self, msg):
+        query_id = msg.get("queryId")
+        if not _is_query_id(query_id):
+            return await self._error("queryId must be a non-negative integer", BAD_FRAME)
+        if self.room is not None:
+            await workers.run_db(self.room.unsubscribe, self, query_id)
+
+    async def _push(self, msg):
+        envelope = msg.get("envelope")
+        problem = _envelope_problem(envelope)
+        if problem:
+            return await self._error(problem, BAD_FRAME)
+        if self.client_id is None or envelope["clientID"] != self.client_id:
+            return await self._error("the envelope's clientID is not this connection's", BAD_FRAME)
+        if self.room is None:
+            return await self._error("subscribe a room token before mutating", BAD_FRAME)
+        try:
+            await workers.run_db(self.room.mutate, self, envelope)
+        except RindleError as exc:
+            extra = {"mid": envelope["mid"]}
+            await self._error(exc.message, exc.code, retryable=exc.retryable, **extra)
+
+    # --- answers ------------------------------------------------------------------------
+
+    async def _error(self, message, code, **extra):
+        self.deliver([wire.error(message, code, **extra)])
+
+    async def _query_error(self, query_id, message, code):
+        self.deliver([wire.query_error(query_id, message, code)])

@@ -1,0 +1,339 @@
+"""
+The live rooms of this process: each doc's ``RoomHost`` (the write authority) with
+the room's rows in a ``MemoryStore``, the room-served views over them, and the
+sockets subscribed to them.
+
+A room boots on its first subscription (``RoomRegistry.join``): the host claims the
+next epoch and loads the footprint, and the store takes the host's rows. Then, for
+each mutation, in arrival order under the room's lock:
+
+- the host applies it in memory; an applied one's row changes go into the store,
+  every room-served view applies them, and each subscribed socket gets one
+  ``nbatch`` per view that changed and a ``progress`` (the room's own version);
+- a mutation the host did not apply gets a ``mutationOutcome`` on its socket at
+  once (``rejected``, or ``deopt``: send it on the slow path);
+- a client's lmid is confirmed on its lmid subscription only when a flush made it
+  durable, so a room host that dies unflushed loses nothing a client was told: the
+  client re-sends its unconfirmed mutations, with their mids, to the next host.
+
+The registry's flusher thread (owned by the runtime, started with the first room)
+flushes each room with pending mutations every ``ROOM_FLUSH_INTERVAL`` seconds,
+and a room is flushed and dropped when its last socket leaves. A flush's
+corrections (a CAS miss the host rebased) reach the views like mutations, and a
+verdict it changed reaches its client as a ``mutationOutcome``. A fenced or failed
+host closes its room: the sockets are closed with 4503 (retry), and their clients'
+next lease boots a new host, which absorbs what is durable.
+
+Limits: a room lives in ONE process. Two processes serving one doc fence each other
+in turn (correct, since every flush is fenced and CAS-checked, but slow); route a
+doc's sockets to one process. Rows written to the footprint from outside the room
+reach it only through a CAS miss.
+"""
+
+import logging
+import threading
+
+from ..conf import rindle_settings
+from ..exceptions import RindleError, RoomClosed
+from ..ivm.store import MemoryStore
+from ..ivm.view import View
+from . import wire
+from .room_host import APPLIED, REPLAY, RoomHost
+
+logger = logging.getLogger("rindle.rooms")
+
+CLOSE_RETRY = 4503
+LEDGER = "_rindle_client_mutations"  # the lmid stream's table, as on the main socket
+
+
+class RoomSub:
+    """One room-served subscription of one socket."""
+
+    def __init__(self, socket, query_id, epoch, view, shape):
+        self.socket = socket
+        self.query_id = query_id
+        self.epoch = epoch
+        self.view = view
+        self.shape = shape
+        self.seq = 0
+
+
+class LmidSub:
+    """A socket's subscription to its client's room lmid (the reserved query id 0)."""
+
+    def __init__(self, socket, query_id, epoch, shape, client_id, lmid):
+        self.socket = socket
+        self.query_id = query_id
+        self.epoch = epoch
+        self.shape = shape
+        self.client_id = client_id
+        self.lmid = lmid
+        self.seq = 0
+
+
+class LiveRoom:
+    """One doc's host, rows, views and subscribers; every method holds its lock."""
+
+    def __init__(self, engine, doc, host):
+        self.engine = engine
+        self.doc = doc
+        self.host = host
+        self.lock = threading.RLock()
+        self.store = MemoryStore(engine.tables)
+        self.version = 0  # the room's progress: one step per change it broadcast
+        self.subs = {}  # (socket, query id) -> RoomSub
+        self.lmid_subs = {}  # (socket, query id) -> LmidSub
+        self.sockets = set()
+        self.closed = False
+
+    def boot(self, tables):
+        self.host.boot()
+        for table in tables:
+            self.store.load(table, self.host.rows(table))
+
+    # --- subscriptions ------------------------------------------------------------------
+
+    def subscribe(self, socket, query_id, query, shape):
+        """Hydrate ``query`` over the room's rows for ``socket``: hello, seq 0, progress."""
+        with self.lock:
+            self._open()
+            epoch = self._drop_sub(socket, query_id) + 1
+            view = View(query, self.store)
+            ops = view.hydrate()
+            sub = self.subs[(socket, query_id)] = RoomSub(socket, query_id, epoch, view, shape)
+            socket.deliver(
+                [
+                    wire.nhello(query_id, epoch, shape, self.engine.boot_id),
+                    wire.nbatch(
+                        query_id, epoch, 0, shape.fp, wire.dumps(shape.ops(ops)), self.version
+                    ),
+                    wire.progress(self.version),
+                ]
+            )
+            return sub
+
+    def subscribe_lmid(self, socket, query_id, shape, client_id):
+        """The room lmid of ``client_id`` as the lmid stream's seq 0 (durable only)."""
+        with self.lock:
+            self._open()
+            epoch = self._drop_sub(socket, query_id) + 1
+            lmid = self.host.durable_lmid(client_id)
+            if lmid is None:
+                lmid = self.engine.room_lmids(self.doc, [client_id]).get(client_id, 0)
+            sub = LmidSub(socket, query_id, epoch, shape, client_id, lmid)
+            self.lmid_subs[(socket, query_id)] = sub
+            rows = [] if not lmid else [{"op": "add", "table": LEDGER, "row": _lmid(sub)}]
+            socket.deliver(
+                [
+                    wire.nhello(query_id, epoch, shape, self.engine.boot_id),
+                    wire.nbatch(
+                        query_id, epoch, 0, shape.fp, wire.dumps(shape.ops(rows)), self.version
+                    ),
+                    wire.progress(self.version),
+                ]
+            )
+
+    def unsubscribe(self, socket, query_id):
+        with self.lock:
+            self._drop_sub(socket, query_id)
+
+    def _drop_sub(self, socket, query_id):
+        old = self.subs.pop((socket, query_id), None) or self.lmid_subs.pop(
+            (socket, query_id), None
+        )
+        return 0 if old is None else old.epoch
+
+    def leave(self, socket):
+        """Forget ``socket``; True when it was the room's last."""
+        with self.lock:
+            self.sockets.discard(socket)
+            for key in [k for k in self.subs if k[0] is socket]:
+                del self.subs[key]
+            for key in [k for k in self.lmid_subs if k[0] is socket]:
+                del self.lmid_subs[key]
+            return not self.sockets
+
+    # --- mutations and flushes ----------------------------------------------------------
+
+    def mutate(self, socket, envelope):
+        """Apply one mutation of ``socket``'s client; raises the host's refusals."""
+        with self.lock:
+            self._open()
+            try:
+                result = self.host.mutate(
+                    envelope["clientID"], envelope["mid"], envelope["name"], envelope.get("args")
+                )
+            except RoomClosed:
+                self._close()
+                raise
+            if result.flush is not None:
+                self._after_flush(result.flush)
+            if result.verdict == APPLIED:
+                self._broadcast(result.changes)
+            elif result.verdict != REPLAY:
+                socket.deliver([_outcome(result.mid, result.verdict, result.reason, envelope)])
+            return result
+
+    def flush(self):
+        """Flush the host's pending mutations (a no-op without any)."""
+        with self.lock:
+            if self.closed or not self.host.pending:
+                return None
+            try:
+                result = self.host.flush()
+            except RoomClosed:
+                logger.warning("rindle room %r closed at a flush", self.doc, exc_info=True)
+                self._close()
+                return None
+            self._after_flush(result)
+            return result
+
+    def _after_flush(self, result):
+        if result.corrections:
+            self._broadcast(result.corrections)
+        for change in result.verdicts:
+            if change.after != APPLIED:
+                for sub in self.lmid_subs.values():
+                    if sub.client_id == change.client_id:
+                        frame = _outcome(change.mid, change.after, change.reason, None)
+                        sub.socket.deliver([frame])
+        if result.flushed:
+            for sub in self.lmid_subs.values():
+                lmid = result.lmids.get(sub.client_id)
+                if lmid is not None and lmid > sub.lmid:
+                    old, sub.lmid = _lmid(sub), lmid
+                    op = {"op": "edit", "table": LEDGER, "old": old, "new": _lmid(sub)}
+                    if not old["last_mutation_id"]:
+                        op = {"op": "add", "table": LEDGER, "row": _lmid(sub)}
+                    sub.seq += 1
+                    text = wire.dumps(sub.shape.ops([op]))
+                    batch = wire.nbatch(
+                        sub.query_id, sub.epoch, sub.seq, sub.shape.fp, text, self.version
+                    )
+                    sub.socket.deliver([batch, wire.progress(self.version)])
+
+    def _broadcast(self, changes):
+        triples = []
+        for op in changes:
+            table = op["table"]
+            if op["op"] == "add":
+                old, new = None, op["row"]
+            elif op["op"] == "remove":
+                old, new = op["row"], None
+            else:
+                old, new = op["old"], op["new"]
+            self.store.apply(table, old, new)
+            triples.append((table, old, new))
+        if not triples:
+            return
+        self.version += 1
+        for sub in self.subs.values():
+            ops = sub.view.apply(triples)
+            if ops:
+                sub.seq += 1
+                text = wire.dumps(sub.shape.ops(ops))
+                v = self.version
+                sub.socket.deliver(
+                    [wire.nbatch(sub.query_id, sub.epoch, sub.seq, sub.shape.fp, text, v)]
+                )
+        for socket in self.sockets:
+            socket.deliver([wire.progress(self.version)])
+
+    def _open(self):
+        if self.closed:
+            raise RoomClosed(f"the room {self.doc!r} closed; lease again")
+
+    def _close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for socket in list(self.sockets):
+            socket.close_later(CLOSE_RETRY)
+
+
+def _lmid(sub):
+    return {"client_id": sub.client_id, "last_mutation_id": sub.lmid}
+
+
+def _outcome(mid, kind, reason, envelope):
+    frame = {"t": "mutationOutcome", "mid": mid, "kind": kind}
+    if reason is not None:
+        frame["reason"] = reason
+    if envelope is not None:
+        frame["name"] = envelope["name"]
+        frame["args"] = envelope.get("args")
+    return wire.dumps(frame)
+
+
+class RoomRegistry:
+    """
+    The live rooms of one runtime, by doc, and the thread that flushes them. A room
+    boots on its first socket and is flushed and dropped with its last.
+    """
+
+    def __init__(self, engine):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._rooms = {}
+        self._stop = threading.Event()
+        self._thread = None
+
+    def join(self, socket, doc, profile, key, mutators, load, tables):
+        """The doc's live room with ``socket`` in it, booting it if needed."""
+        with self._lock:
+            room = self._rooms.get(doc)
+            if room is None or room.closed:
+                host = RoomHost(self.engine, doc, mutators=mutators, load=load)
+                room = LiveRoom(self.engine, doc, host)
+                room.boot(tables)
+                self._rooms[doc] = room
+                self._start()
+            with room.lock:
+                room.sockets.add(socket)
+            return room
+
+    def leave(self, socket, room):
+        """``socket`` went away; the room's last socket flushes and drops it."""
+        if not room.leave(socket):
+            return
+        room.flush()
+        with self._lock:
+            with room.lock:
+                if room.sockets:
+                    return  # someone joined meanwhile
+                room.closed = True
+            if self._rooms.get(room.doc) is room:
+                del self._rooms[room.doc]
+
+    def get(self, doc):
+        return self._rooms.get(doc)
+
+    def _start(self):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._flusher, name="rindle-rooms", daemon=True)
+            self._thread.start()
+
+    def _flusher(self):
+        interval = float(rindle_settings.ROOM_FLUSH_INTERVAL)
+        while not self._stop.wait(interval):
+            for room in list(self._rooms.values()):
+                try:
+                    room.flush()
+                except RindleError:
+                    logger.warning("rindle room %r: a flush failed", room.doc, exc_info=True)
+                except Exception:
+                    logger.exception("rindle room %r: a flush failed", room.doc)
+
+    def close(self):
+        """Stop the flusher, flush every room (their last chance) and drop them."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        with self._lock:
+            rooms, self._rooms = list(self._rooms.values()), {}
+        for room in rooms:
+            try:
+                room.flush()
+            except Exception:
+                logger.exception("rindle room %r: the final flush failed", room.doc)
+            room._close()

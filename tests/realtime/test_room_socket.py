@@ -1,0 +1,201 @@
+"""
+A room over Channels, as the published optimistic client drives one: once two
+clients lease a labelled query's doc, the lease carries the room (its socket, token
+and table scopes) and the fence streams; on the room socket a mutation reaches the
+peer at once, its client's lmid moves when the flush made it durable, a mutation
+the room does not apply gets its mutationOutcome first, and the database ends equal
+to the room.
+"""
+
+import json
+import time
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+from django.db import connection
+from rest_framework.test import APIClient
+
+from project.demo import models as demo
+
+from .conftest import ORIGIN, Client
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+db = database_sync_to_async
+ISSUE = "i1"
+DOC = f"issue/{ISSUE}"
+ROOM_PATH = "/ws/rindle/room/?doc=issue%2Fi1"
+
+
+@pytest.fixture
+def rooms_on(settings):
+    settings.RINDLE = {**settings.RINDLE, "ROOMS_ENABLED": True, "ROOM_FLUSH_INTERVAL": 0.05}
+
+
+@pytest.fixture
+def people(live, rooms_on):
+    demo.User.objects.create(id="u1", name="Ursula")
+    demo.Issue.objects.create(
+        id=ISSUE, title="first", status="todo", priority="low", owner_id="u1", created_at=1,
+        updated_at=1,
+    )  # fmt: skip
+    demo.Comment.objects.create(id="c1", issue_id=ISSUE, author_id="u1", body="b", created_at=2)
+    make = get_user_model().objects.create_user
+    return make("ada", password="pw"), make("bob", password="pw")
+
+
+def lease(user, client_id):
+    http = APIClient()
+    http.force_authenticate(user)
+    body = {"name": "issueDetail", "args": ISSUE, "clientId": client_id}
+    reply = http.post("/api/rindle/query", json.dumps(body), content_type="application/json")
+    assert reply.status_code == 200, reply.content
+    return reply.json()
+
+
+def issue_row():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'SELECT "title", "status", "updatedAt" FROM "issue" WHERE "id" = %s', [ISSUE]
+        )
+        return cursor.fetchone()
+
+
+def ledgers():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT client_id, last_mutation_id FROM _rindle_room_client_mutations")
+        room = sorted(cursor.fetchall())
+        cursor.execute("SELECT client_id, last_mutation_id FROM _rindle_client_mutations")
+        return room, sorted(cursor.fetchall())
+
+
+def outcomes():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT client_id, mid, kind FROM _rindle_room_mutation_outcomes")
+        return sorted(cursor.fetchall())
+
+
+async def room_socket(client_id, token, path=ROOM_PATH):
+    client = Client(headers=[ORIGIN], path=path)
+    assert await client.connect()
+    await client.send({"t": "init", "clientID": client_id})
+    await client.send({"t": "subscribe", "queryId": 1, "leaseToken": token, "mode": "normalized"})
+    frames = await client.recv_until("progress")
+    assert frames[0]["t"] == "nhello", frames
+    await client.send({"t": "subscribe", "queryId": 0, "name": "_rindle/clientLmid"})
+    lmid = await client.recv_until("progress")
+    assert lmid[0]["t"] == "nhello", lmid
+    return client, frames
+
+
+def rows(frames, table):
+    out = []
+    for frame in frames:
+        if frame["t"] == "nbatch":
+            out += [
+                op.get("row") or op.get("new")
+                for op in frame["batch"]["ops"]
+                if op["table"] == table
+            ]
+    return out
+
+
+def push(mid, name, **args):
+    return {
+        "t": "pushMutation",
+        "envelope": {"clientID": "A", "mid": mid, "name": name, "args": args},
+    }
+
+
+async def test_two_sessions_make_a_room_and_a_mutation_reaches_the_peer_at_once(people):
+    ada, bob = people
+    first = await db(lease)(ada, "A")
+    assert "realtime" not in first and "fence" not in first["lifecycle"]  # alone: no room
+    second = await db(lease)(bob, "B")
+    rt = second["realtime"]
+    assert rt["sourceKey"] == f"room:{DOC}" and rt["doc"] == DOC
+    assert rt["wsEndpoint"].endswith(ROOM_PATH)
+    assert {t["table"] for t in rt["tables"]} == {"issue", "comment", "tag", "user"}
+    tables = [e["table"] for e in second["lifecycle"]["fence"]]
+    assert tables == [
+        "_rindle_room_watermark",
+        "_rindle_room_client_mutations",
+        "_rindle_room_mutation_outcomes",
+    ]
+    again = await db(lease)(ada, "A")  # A's doorbell re-lease now finds the room
+    a, hydrated = await room_socket("A", again["realtime"]["roomToken"])
+    b, _ = await room_socket("B", rt["roomToken"])
+    assert [r[0] for r in rows(hydrated, "issue")] == [ISSUE]
+    started = time.monotonic()
+    await a.send(push(1, "editTitle", id=ISSUE, title="second", updatedAt=5))
+    seen = await b.recv_until("nbatch")
+    receipt = time.monotonic() - started
+    assert [r[1] for r in rows(seen, "issue")] == ["second"], seen
+    assert receipt < 0.5
+    # A's lmid moves once a flush made mid 1 durable, and only then.
+    frames = []
+    while not any(f["t"] == "nbatch" and f["queryId"] == 0 for f in frames):
+        frames.append(await a.recv())
+    assert await db(issue_row)() == ("second", "todo", 5)
+    room, slow = await db(ledgers)()
+    assert room == [("A", 1)] and slow == []  # the slow-path ledger is never a room's
+    await a.close()
+    await b.close()
+
+
+async def test_a_mutation_the_room_does_not_apply_gets_its_outcome_first(people):
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    a, _ = await room_socket("A", (await db(lease)(ada, "A"))["realtime"]["roomToken"])
+    await a.send(push(1, "editTitle", id=ISSUE, title="no spam", updatedAt=5))
+    outcome = await a.recv_until("mutationOutcome")
+    assert outcome[-1]["mid"] == 1 and outcome[-1]["kind"] == "rejected"
+    await a.send(push(2, "deleteIssue", id=ISSUE))
+    outcome = await a.recv_until("mutationOutcome")
+    assert (outcome[-1]["mid"], outcome[-1]["kind"]) == (2, "deopt")
+    await a.send(push(1, "editTitle", id=ISSUE, title="replayed", updatedAt=6))  # a replay
+    await a.send(push(9, "editTitle", id=ISSUE, title="gap", updatedAt=7))
+    error = await a.recv_until("error")
+    assert (error[-1]["code"], error[-1]["mid"]) == ("mid_gap", 9), error
+    deadline = time.monotonic() + 5
+    while await db(outcomes)() != [("A", 1, "rejected"), ("A", 2, "deopt")]:
+        assert time.monotonic() < deadline
+        await a.recv()  # the flush's lmid frame
+    assert (await db(issue_row)())[0] == "first"
+    assert (await db(ledgers)())[0] == [("A", 2)]
+    await a.close()
+    assert rt
+
+
+async def test_bad_room_sockets_and_frames_are_refused(people):
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    for path in ("/ws/rindle/room/?doc=nope%2F1", "/ws/rindle/room/"):
+        assert not await Client(headers=[ORIGIN], path=path).connect()
+    other = Client(headers=[ORIGIN], path="/ws/rindle/room/?doc=issue%2Fi2")
+    assert await other.connect()
+    await other.send({"t": "init", "clientID": "B"})
+    await other.send({"t": "subscribe", "queryId": 1, "leaseToken": rt["roomToken"]})
+    refused = await other.recv()
+    assert (refused["t"], refused["code"]) == ("queryError", "invalid_args"), refused
+    for frame in (
+        {"t": "subscribe", "queryId": 1, "name": "issueDetail", "args": ISSUE},
+        {"t": "pushMutation", "envelope": {"clientID": "B", "mid": 1, "name": "x", "args": {}}},
+        {"t": "nope"},
+        "not json",
+    ):
+        await other.send(frame)
+        reply = await other.recv()
+        assert reply["t"] == "error" and reply["code"] == "bad_frame", reply
+    await other.close()
+
+
+async def test_rooms_off_serves_no_room(people, settings):
+    settings.RINDLE = {**settings.RINDLE, "ROOMS_ENABLED": False}
+    ada, bob = people
+    await db(lease)(ada, "A")
+    assert "realtime" not in await db(lease)(bob, "B")
+    assert not await Client(headers=[ORIGIN], path=ROOM_PATH).connect()
