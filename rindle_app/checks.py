@@ -52,7 +52,21 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_wake())
     errors.extend(_check_watermarker())
     errors.extend(_check_stream_waiters())
+    errors.extend(_check_room_pending(user.get("ROOM_MAX_PENDING", DEFAULTS["ROOM_MAX_PENDING"])))
     return errors
+
+
+def _check_room_pending(value):
+    if type(value) is int and value >= 1:
+        return []
+    return [
+        Error(
+            f"RINDLE['ROOM_MAX_PENDING'] must be a positive integer, not {value!r}.",
+            hint="It bounds the mutations a room host holds unflushed (1000 by default); at "
+            "the cap the host flushes first and refuses with room_busy if it cannot.",
+            id="rindle.E035",
+        )
+    ]
 
 
 def _check_stream_waiters():

@@ -34,6 +34,10 @@ DEFAULTS = {
     # Outcome rows a room keeps per client, counted in mutation ids below its room
     # lmid: a flush that raises a client's lmid prunes that client's older outcomes.
     "ROOM_OUTCOME_RETENTION_LMIDS": 1000,
+    # Mutations a room host (rindle_app.realtime.room_host) holds unflushed at most:
+    # at the cap it flushes before it takes the next one, and refuses it (room_busy,
+    # retryable) when that flush cannot clear the buffer.
+    "ROOM_MAX_PENDING": 1000,
     # Requests the writer accepts before callers are told to back off.
     "WRITER_QUEUE_SIZE": 10_000,
     # Queued requests committed together (each in its own savepoint); 1 disables.
