@@ -156,7 +156,7 @@ class _Pending:
     client_id: str
     mid: int
     name: str
-    args: object
+    args: str  # as JSON text
     verdict: str
     reason: str = None
 
@@ -311,6 +311,10 @@ class RoomHost:
         """Mutations consumed since the last successful flush."""
         return len(self._pending)
 
+    def durable_lmid(self, client_id):
+        """``client_id``'s room lmid as of the last flush (or as read); None if unseen."""
+        return self._durable.get(client_id)
+
     def rows(self, table):
         """The host's current rows of ``table`` (copies), in no particular order."""
         return [dict(r) for (t, _), r in self._state.items() if t == table and r is not None]
@@ -325,14 +329,19 @@ class RoomHost:
         self.epoch = self.engine.claim_room_epoch(self.doc)
         if self.epoch >= MAX_EPOCH:
             self._close(f"epoch {self.epoch} is past the offset space")
-        loaded = self._load(self.engine)
-        if not isinstance(loaded, dict):
-            raise InvalidInput("load must return {table: [rows]}")
-        for name, rows in loaded.items():
-            meta = self._tables.get(name)
-            for row in rows:
-                row = self._tables.full(meta, row)
-                self._state[(name, self._tables.key(meta, row))] = row
+        try:
+            loaded = self._load(self.engine)
+            if not isinstance(loaded, dict):
+                raise InvalidInput("load must return {table: [rows]}")
+            for name, rows in loaded.items():
+                meta = self._tables.get(name)
+                for row in rows:
+                    row = self._tables.full(meta, row)
+                    self._state[(name, self._tables.key(meta, row))] = row
+        except BaseException as exc:
+            self.closed = f"its load failed ({type(exc).__name__}: {exc})"
+            self._drop()
+            raise
         return self.epoch
 
     def _open(self):
@@ -351,7 +360,7 @@ class RoomHost:
         self._open()
         if self.epoch is None:
             raise InvalidInput("boot the room host before it takes mutations")
-        _check_envelope(client_id, mid, name, args)
+        text = _check_envelope(client_id, mid, name, args)
         lmid = self._lmid(client_id)
         if mid <= lmid:
             return MutationResult(client_id, mid, REPLAY)
@@ -360,16 +369,16 @@ class RoomHost:
         forced = None
         if self.pending >= int(rindle_settings.ROOM_MAX_PENDING) or self._batch_full(0):
             forced = self._flush_to_make_room()
-        verdict, reason, tx = self._run(name, args)
+        verdict, reason, tx = self._run(name, text)
         if tx is not None and self._batch_full(len(tx._overlay)):
             if self.pending:
                 forced = self._flush_to_make_room()
-                verdict, reason, tx = self._run(name, args)
+                verdict, reason, tx = self._run(name, text)
             if tx is not None and self._batch_full(len(tx._overlay)):
                 verdict, reason, tx = REJECTED, "too many row changes for one flush", None
         changes = self._commit(tx) if tx is not None else []
         self._lmids[client_id] = mid
-        self._pending.append(_Pending(client_id, mid, name, args, verdict, reason))
+        self._pending.append(_Pending(client_id, mid, name, text, verdict, reason))
         return MutationResult(client_id, mid, verdict, reason, changes, forced)
 
     def _lmid(self, client_id):
@@ -390,14 +399,16 @@ class RoomHost:
             raise busy
         return result
 
-    def _run(self, name, args):
+    def _run(self, name, text):
         """(verdict, reason, tx of an applied run or None), the room state unchanged."""
         fn = self._mutators.get(name)
         if fn is None:
             return DEOPT, f"no room mutator {name!r}", None
         tx = RoomTx(self)
         try:
-            fn(tx, args)
+            # Args of their own each run: a rebase re-runs the mutation on the args as
+            # they arrived, whatever an earlier run did to its copy.
+            fn(tx, json.loads(text))
         except MutationRejected as exc:
             return REJECTED, str(exc.reason), None
         except Exception:
@@ -512,7 +523,7 @@ class RoomHost:
                     "kind": p.verdict,
                     "reason": p.reason,
                     "name": p.name,
-                    "args": p.args,
+                    "args": json.loads(p.args),
                 }
                 changes.append({"table": ROOM_OUTCOMES, "op": "add", "row": row})
         for client, lmid in lmids.items():
@@ -566,8 +577,9 @@ def _check_envelope(client_id, mid, name, args):
     if not isinstance(name, str) or not name or len(name) > MAX_TEXT:
         raise InvalidInput("name must be a non-empty string", code=INVALID_NAME)
     try:
-        size = len(json.dumps(args, separators=(",", ":")))
+        text = json.dumps(args, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"args must be JSON: {exc}", code=INVALID_ARGS) from exc
-    if size > int(rindle_settings.MAX_ARGS_BYTES):
+    if len(text) > int(rindle_settings.MAX_ARGS_BYTES):
         raise InvalidInput("args exceed MAX_ARGS_BYTES", code=ARGS_TOO_LARGE)
+    return text

@@ -303,6 +303,119 @@ def test_a_full_buffer_that_cannot_flush_refuses_with_room_busy(room, settings, 
     assert same_rows(h)
 
 
+def test_a_batch_that_keeps_missing_stays_pending_after_the_bounded_rebases(room, monkeypatch):
+    from rindle_app.realtime import room_host
+
+    h = host(room)
+    h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
+    h.flush()
+    h.mutate("c1", 2, "inc", {"id": "r1"})
+    real = room.commit_room_flush
+
+    def racing(*args, **kwargs):  # another writer edits r1 before every attempt
+        external(room, f'UPDATE "{TABLE}" SET label = label || %s WHERE id = %s', ["!", "r1"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(room, "commit_room_flush", racing)
+    result = h.flush()
+    assert not result.flushed and result.rebases == room_host.MAX_REBASES + 1
+    assert h.pending == 1 and room.room_lmids(DOC, ["c1"]) == {"c1": 1}
+    assert [(c["old"]["label"], c["new"]["label"]) for c in result.corrections] == [
+        ("a", "a" + "!" * (room_host.MAX_REBASES + 1))
+    ]
+    monkeypatch.undo()
+    again = h.flush()
+    assert again.flushed and again.corrections == [] and same_rows(h)
+    assert db_rows()[0]["n"] == 1
+
+
+def test_a_flush_whose_outcome_is_unknown_closes_the_host(room, monkeypatch):
+    from rindle_app.exceptions import TIMEOUT, Unavailable
+
+    h = host(room)
+    h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
+
+    def timed_out(*args, **kwargs):
+        raise Unavailable("the write timed out", code=TIMEOUT)
+
+    monkeypatch.setattr(room, "commit_room_flush", timed_out)
+    with pytest.raises(RoomClosed):
+        h.flush()
+    assert h.closed and h.pending == 0
+
+
+def test_a_database_failure_that_wrote_nothing_keeps_the_batch_for_the_next_flush(
+    room, monkeypatch
+):
+    from rindle_app.exceptions import Unavailable
+
+    h = host(room)
+    h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
+
+    def down(*args, **kwargs):
+        raise Unavailable("database is down")
+
+    monkeypatch.setattr(room, "commit_room_flush", down)
+    result = h.flush()
+    assert not result.flushed and isinstance(result.error, Unavailable) and h.pending == 1
+    monkeypatch.undo()
+    assert h.flush().flushed and same_rows(h) and h.durable_lmid("c1") == 1
+
+
+def test_a_rebase_reruns_a_mutation_on_the_args_as_they_arrived(room):
+    def greedy(tx, args):
+        row = tx.get(TABLE, args["id"])
+        tx.edit(TABLE, args["id"], {"label": row["label"] + args.pop("suffix")})
+
+    h = RoomHost(room, DOC, mutators={**MUTATORS, "greedy": greedy}, load=load_prefix(""))
+    h.boot()
+    h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
+    h.flush()
+    h.mutate("c1", 2, "greedy", {"id": "r1", "suffix": "+"})
+    external(room, f'UPDATE "{TABLE}" SET label = %s WHERE id = %s', ["b", "r1"])
+    result = h.flush()
+    assert result.flushed and result.verdicts == [] and db_rows()[0]["label"] == "b+"
+
+
+@pytest.mark.parametrize(
+    "envelope, code",
+    [
+        (("", 1, "put", {}), "invalid_client_id"),
+        (("c1", 0, "put", {}), "invalid_mid"),
+        (("c1", True, "put", {}), "invalid_mid"),
+        (("c1", 1, "", {}), "invalid_name"),
+        (("c1", 1, "put", {"x": object()}), "invalid_args"),
+        (("c1", 1, "put", {"x": float("nan")}), "invalid_args"),
+    ],
+)
+def test_a_bad_envelope_is_refused_and_consumes_no_mid(room, envelope, code):
+    from rindle_app.engine.errors import InvalidInput
+
+    h = host(room)
+    with pytest.raises(InvalidInput) as err:
+        h.mutate(*envelope)
+    assert err.value.code == code
+    assert h.pending == 0
+    assert h.mutate("c1", 1, "put", {"id": "r1", "label": "a"}).verdict == "applied"
+
+
+def test_a_host_takes_no_mutation_before_boot_and_a_failed_load_closes_it(room):
+    from rindle_app.engine.errors import InvalidInput
+
+    h = RoomHost(room, DOC, mutators=MUTATORS, load=load_prefix(""))
+    with pytest.raises(InvalidInput):
+        h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
+
+    def broken(engine):
+        raise RuntimeError("no footprint")
+
+    h = RoomHost(room, DOC, mutators=MUTATORS, load=broken)
+    with pytest.raises(RuntimeError):
+        h.boot()
+    with pytest.raises(RoomClosed):
+        h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
+
+
 # --- properties ----------------------------------------------------------------------------
 
 CLIENTS = 3
