@@ -294,6 +294,7 @@ class RoomHost:
         # nothing is refused there, so a table with one gets no CAS-only edits.
         self._pg = getattr(engine, "vendor", None) == "postgresql"
         self.epoch = None
+        self.footprint = ()  # the tables ``load`` returned rows for
         self.closed = None  # the reason, once closed
         self._drop()
 
@@ -333,6 +334,7 @@ class RoomHost:
             loaded = self._load(self.engine)
             if not isinstance(loaded, dict):
                 raise InvalidInput("load must return {table: [rows]}")
+            self.footprint = tuple(sorted(loaded))
             for name, rows in loaded.items():
                 meta = self._tables.get(name)
                 for row in rows:

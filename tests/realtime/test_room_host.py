@@ -103,6 +103,7 @@ def external(engine, sql, params):
 
 def test_each_verdict_and_the_changes_peers_must_see(room):
     h = host(room)
+    assert h.footprint == (TABLE,) and h.epoch == 1
     added = h.mutate("c1", 1, "put", {"id": "r1", "label": "a"})
     assert added.verdict == "applied"
     assert added.changes == [
