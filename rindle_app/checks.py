@@ -53,6 +53,7 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_watermarker())
     errors.extend(_check_stream_waiters())
     errors.extend(_check_room_profiles())
+    errors.extend(_check_room_pending(user.get("ROOM_MAX_PENDING", DEFAULTS["ROOM_MAX_PENDING"])))
     return errors
 
 
@@ -66,8 +67,10 @@ def _check_room_profiles():
         if problem is None
         else [
             Error(
-                f"RINDLE['ROOM_SESSION_*'] is refused: {problem}.",
-                hint="They time the doorbell's occupancy rows (300 and 120 seconds by default).",
+                f"RINDLE['ROOM*'] is refused: {problem}.",
+                hint="ROOM_SESSION_TTL and ROOM_SESSION_GRACE time the doorbell's occupancy "
+                "rows (300 and 120 s), ROOM_FLUSH_INTERVAL a room's flushes (0.05 s), "
+                "ROOM_MIN_SESSIONS the sessions that make a room (2).",
                 id="rindle.E036",
             )
         ]
@@ -80,6 +83,19 @@ def _check_room_profiles():
             id="rindle.E035",
         )
         for problem in profile_problems()
+    ]
+
+
+def _check_room_pending(value):
+    if type(value) is int and value >= 1:
+        return []
+    return [
+        Error(
+            f"RINDLE['ROOM_MAX_PENDING'] must be a positive integer, not {value!r}.",
+            hint="It bounds the mutations a room host holds unflushed (1000 by default); at "
+            "the cap the host flushes first and refuses with room_busy if it cannot.",
+            id="rindle.E037",
+        )
     ]
 
 

@@ -47,6 +47,10 @@ DEFAULTS = {
     "ROOM_MIN_SESSIONS": 2,
     # Seconds between a room's flushes of its pending mutations to the database.
     "ROOM_FLUSH_INTERVAL": 0.05,
+    # Mutations a room host (rindle_app.realtime.room_host) holds unflushed at most:
+    # at the cap it flushes before it takes the next one, and refuses it (room_busy,
+    # retryable) when that flush cannot clear the buffer.
+    "ROOM_MAX_PENDING": 1000,
     # Requests the writer accepts before callers are told to back off.
     "WRITER_QUEUE_SIZE": 10_000,
     # Queued requests committed together (each in its own savepoint); 1 disables.

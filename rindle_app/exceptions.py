@@ -114,6 +114,18 @@ DATA_ERROR = _http("data_error", 200, "A mutator wrote an unusable value (a reje
 MUTATOR_ERROR = _http("mutator_error", 200, "A mutator raised (logged; a rejected outcome).")
 UNKNOWN_MUTATOR = _http("unknown_mutator", 200, "No mutator has the name (a rejected outcome).")
 
+# --- room hosts ----------------------------------------------------------------------
+ROOM_REJECTED = _http("room_rejected", 200, "A room mutator rejected the mutation (an outcome).")
+ROOM_CLOSED = _code(
+    "room_closed",
+    409,
+    "The room host was fenced or closed; reconnect to the current host.",
+    retryable=True,
+)
+ROOM_BUSY = _code(
+    "room_busy", 503, "The room host holds ROOM_MAX_PENDING unflushed mutations.", retryable=True
+)
+
 # --- named queries, live queries and websocket limits --------------------------------
 UNKNOWN_QUERY = _query("unknown_query", 404, "No named query has the name.")
 INVALID_QUERY = _query(
@@ -404,6 +416,30 @@ class MutationRejected(Exception):
         super().__init__(reason)
         self.reason = reason
         self.code = code
+
+
+class RoomReject(MutationRejected):
+    """
+    Raise from a room mutator to reject the mutation with a reason.
+
+    Like ``MutationRejected`` (which a room host treats the same way), an outcome and
+    not an error: the mid is consumed and recorded as ``rejected``.
+    """
+
+    def __init__(self, reason, code=ROOM_REJECTED):
+        super().__init__(reason, code)
+
+
+class RoomClosed(RindleError):
+    """The room host was fenced by a newer epoch or closed; it accepts nothing more."""
+
+    code = ROOM_CLOSED
+
+
+class RoomBusy(RindleError):
+    """The room host's unflushed mutations reached ``ROOM_MAX_PENDING``; nothing changed."""
+
+    code = ROOM_BUSY
 
 
 class ProducerGap(RindleError):

@@ -295,6 +295,15 @@ def test_a_store_bound_that_is_not_a_positive_integer_is_check_e032(settings, va
     assert "rindle.E032" not in [e.id for e in check_settings(None)]
 
 
+@pytest.mark.parametrize("value", [0, -1, "10", 2.0, None, False])
+def test_a_room_pending_bound_that_is_not_a_positive_integer_is_check_e037(settings, value):
+    """ROOM_MAX_PENDING bounds a room host's buffer: anything but a positive int is refused."""
+    settings.RINDLE = {**getattr(settings, "RINDLE", {}), "ROOM_MAX_PENDING": value}
+    assert "rindle.E037" in [e.id for e in check_settings(None)]
+    settings.RINDLE = {**settings.RINDLE, "ROOM_MAX_PENDING": 5}
+    assert "rindle.E037" not in [e.id for e in check_settings(None)]
+
+
 @pytest.mark.parametrize("value", ["externel", "Embedded", "", None, 1])
 def test_a_watermarker_placement_other_than_embedded_or_external_is_check_e033(settings, value):
     """STREAM_WATERMARKER is "embedded" or "external"; a misspelling is refused, not ignored."""

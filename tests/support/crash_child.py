@@ -50,6 +50,15 @@ with ``child_env()`` so Django uses the parent test run's database. It prints
     is where it SIGKILLs itself on the AT-th flush reaching it: ``admitted``,
     ``effects``, ``ledger`` (room lmid upserted), ``cursor``, ``committed`` or ``none``.
 
+``room_host TABLE WRITES STEP AT`` (tests/realtime/test_room_host_crash.py)
+    The same three docs driven through ``RoomHost`` (rindle_app.realtime.room_host):
+    each doc's host boots (the next epoch, the doc's rows loaded), its client
+    re-sends mids 1..WRITES, and the host flushes every ROOM_HOST_BATCH mids. Mid n
+    adds a row with a fresh random id labelled ``D<k>:<n>`` (so a mutation applied
+    twice leaves two rows), and every REJECT_ROOM_EVERY-th mid writes its row and
+    then raises ``RoomReject``. A mid at or below the room lmid read at boot must be
+    a replay and no other may be. STEP and AT as for ``room``, counted over flushes.
+
 Every mode starts again from the first write: what already landed must be absorbed.
 """
 
@@ -80,6 +89,7 @@ from rindle_app.engine import (  # noqa: E402
     rooms,
     sources,
 )
+from rindle_app.exceptions import RoomReject  # noqa: E402
 
 # --- mutations: client envelopes under the lmid rule ---------------------------------
 
@@ -320,17 +330,8 @@ def run_ingest(mode, table, writes, step, at):
 REJECT_ROOM_EVERY = 5
 
 
-def run_room(table, writes, step, at):
-    """
-    A room host for docs ``D0``..``D2``, one client each (``c<k>``): it claims the
-    next epoch of each doc (what fences the host before it), reads the room ledger
-    (the boot probe) and flushes mid lmid + 1 .. WRITES, one batch per mid at offset
-    mid, after re-sending the last durable one (absorbed). Mid n adds row
-    ``D<k>-<n>`` unless n is a multiple of REJECT_ROOM_EVERY: then it is rejected and
-    the batch carries its outcome row instead. Each batch carries the lmid co-edit.
-    It also sends a flush under the epoch before its own, which must be fenced.
-    """
-    engine = scratch_engine(table)
+def arm_room_kill(engine, step, at):
+    """A disarmed ``KillAt`` wired into every step of a room flush's transaction."""
     die = KillAt(step, int(at), armed=False)
     apply, store, ledger = rooms.apply_changes, rooms._store, rooms._upsert_ledger
 
@@ -351,6 +352,21 @@ def run_room(table, writes, step, at):
 
     rooms.apply_changes, rooms._store, rooms._upsert_ledger = apply_changes, _store, upsert_ledger
     engine.add_commit_listener(lambda cv: die("committed"))
+    return die
+
+
+def run_room(table, writes, step, at):
+    """
+    A room host for docs ``D0``..``D2``, one client each (``c<k>``): it claims the
+    next epoch of each doc (what fences the host before it), reads the room ledger
+    (the boot probe) and flushes mid lmid + 1 .. WRITES, one batch per mid at offset
+    mid, after re-sending the last durable one (absorbed). Mid n adds row
+    ``D<k>-<n>`` unless n is a multiple of REJECT_ROOM_EVERY: then it is rejected and
+    the batch carries its outcome row instead. Each batch carries the lmid co-edit.
+    It also sends a flush under the epoch before its own, which must be fenced.
+    """
+    engine = scratch_engine(table)
+    die = arm_room_kill(engine, step, at)
     docs = [f"D{k}" for k in range(NAMES)]
     epochs = {doc: engine.claim_room_epoch(doc) for doc in docs}
     for doc in docs:
@@ -395,8 +411,54 @@ def batch(table, doc, k, mid):
     return changes
 
 
+ROOM_HOST_BATCH = 3
+
+
+def room_note(tx, args):
+    tx.add(args["table"], {"id": uuid.uuid4().hex, "label": f"{args['doc']}:{args['mid']}"})
+    if args["mid"] % REJECT_ROOM_EVERY == 0:
+        raise RoomReject(f"mid {args['mid']} is a multiple of {REJECT_ROOM_EVERY}")
+
+
+def run_room_host(table, writes, step, at):
+    from rindle_app.realtime.room_host import RoomHost
+
+    engine = scratch_engine(table)
+    die = arm_room_kill(engine, step, at)
+
+    def loader(doc):
+        def load(engine):
+            with connections["default"].cursor() as cursor:
+                cursor.execute(f'SELECT id, label FROM "{table}" WHERE label LIKE %s', [f"{doc}:%"])
+                return {table: [{"id": i, "label": label} for i, label in cursor.fetchall()]}
+
+        return load
+
+    docs = [f"D{k}" for k in range(NAMES)]
+    hosts = {}
+    for doc in docs:
+        hosts[doc] = RoomHost(engine, doc, mutators={"note": room_note}, load=loader(doc))
+        hosts[doc].boot()
+    start = {doc: engine.room_lmids(doc, [f"c{k}"]).get(f"c{k}", 0) for k, doc in enumerate(docs)}
+    die.armed = True
+    say("STARTED")
+    for n in range(1, int(writes) + 1):
+        for k, doc in enumerate(docs):
+            args = {"table": table, "doc": doc, "mid": n}
+            result = hosts[doc].mutate(f"c{k}", n, "note", args)
+            if (result.verdict == "replay") != (n <= start[doc]):
+                say(f"ANOMALY {doc} mid {n} was {result.verdict} at boot lmid {start[doc]}")
+        if n % ROOM_HOST_BATCH == 0 or n == int(writes):
+            for doc in docs:
+                if hosts[doc].pending:
+                    hosts[doc].flush()
+    say("DONE")
+    return 0
+
+
 MODES = {
     "room": run_room,
+    "room_host": run_room_host,
     "mutations": run_mutations,
     "journal": run_journal,
     "public_sql": run_public_sql,
