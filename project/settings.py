@@ -169,6 +169,10 @@ RINDLE = {
     # visitors may edit issues there (its mutators that need an author still reject
     # them: "sign in to do this"). Outside demo mode rindle refuses them first.
     "ALLOW_ANONYMOUS_MUTATIONS": DEBUG,
+    # Rooms (two or more people on one issue exchange edits through this process):
+    # on in demo mode, where one process serves everyone; RINDLE_ROOMS_ENABLED=1
+    # turns them on elsewhere.
+    "ROOMS_ENABLED": os.environ.get("RINDLE_ROOMS_ENABLED", "1" if DEBUG else "0") == "1",
     # Seconds between outbox retention runs (the beat entry below uses the same).
     "STREAM_RETENTION_PERIOD_SECONDS": float(
         os.environ.get("RINDLE_STREAM_RETENTION_PERIOD_SECONDS", 3600)

@@ -45,7 +45,9 @@ DEFAULTS = {
     # where a doc's sockets reach one process (one server, or sticky routing).
     "ROOMS_ENABLED": False,
     "ROOM_MIN_SESSIONS": 2,
-    # Seconds between a room's flushes of its pending mutations to the database.
+    # A room flushes as soon as a mutation is pending (what arrives meanwhile goes in
+    # the next flush); its flusher also wakes every this many seconds, to retry a
+    # batch the database kept pending.
     "ROOM_FLUSH_INTERVAL": 0.05,
     # Mutations a room host (rindle_app.realtime.room_host) holds unflushed at most:
     # at the cap it flushes before it takes the next one, and refuses it (room_busy,

@@ -17,8 +17,11 @@ each mutation, in arrival order under the room's lock:
   client re-sends its unconfirmed mutations, with their mids, to the next host.
 
 The registry's flusher thread (owned by the runtime, started with the first room)
-flushes each room with pending mutations every ``ROOM_FLUSH_INTERVAL`` seconds,
-and a room is flushed and dropped when its last socket leaves. A flush's
+flushes as soon as a mutation is pending, group-commit style: what arrives during a
+flush goes in the next one, so a flush costs one transaction however fast people
+type, and confirmation waits one flush. It also wakes every ``ROOM_FLUSH_INTERVAL``
+seconds (a batch an unavailable database kept pending is retried then). A room is
+flushed and dropped when its last socket leaves. A flush's
 corrections (a CAS miss the host rebased) reach the views like mutations, and a
 verdict it changed reaches its client as a ``mutationOutcome``. A fenced or failed
 host closes its room: the sockets are closed with 4503 (retry), and their clients'
@@ -74,8 +77,9 @@ class LmidSub:
 class LiveRoom:
     """One doc's host, rows, views and subscribers; every method holds its lock."""
 
-    def __init__(self, engine, doc, host):
+    def __init__(self, engine, doc, host, wake=None):
         self.engine = engine
+        self.wake = wake  # called when a mutation is pending: the flusher's doorbell
         self.doc = doc
         self.host = host
         self.lock = threading.RLock()
@@ -168,6 +172,8 @@ class LiveRoom:
                 raise
             if result.flush is not None:
                 self._after_flush(result.flush)
+            if result.verdict != REPLAY and self.wake is not None:
+                self.wake()
             if result.verdict == APPLIED:
                 self._broadcast(result.changes)
             elif result.verdict != REPLAY:
@@ -276,6 +282,7 @@ class RoomRegistry:
         self._lock = threading.Lock()
         self._rooms = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = None
 
     def join(self, socket, doc, profile, key, mutators, load, tables):
@@ -284,7 +291,7 @@ class RoomRegistry:
             room = self._rooms.get(doc)
             if room is None or room.closed:
                 host = RoomHost(self.engine, doc, mutators=mutators, load=load)
-                room = LiveRoom(self.engine, doc, host)
+                room = LiveRoom(self.engine, doc, host, wake=self._wake.set)
                 room.boot(tables)
                 self._rooms[doc] = room
                 self._start()
@@ -315,7 +322,9 @@ class RoomRegistry:
 
     def _flusher(self):
         interval = float(rindle_settings.ROOM_FLUSH_INTERVAL)
-        while not self._stop.wait(interval):
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
             for room in list(self._rooms.values()):
                 try:
                     room.flush()
@@ -327,6 +336,7 @@ class RoomRegistry:
     def close(self):
         """Stop the flusher, flush every room (their last chance) and drop them."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(5)
         with self._lock:

@@ -1,0 +1,114 @@
+// A room, judged by the published @rindle/optimistic client (createRindleClient, 0.9.0)
+// against a live Django server with RINDLE["ROOMS_ENABLED"]: two clients materialize the
+// realtime-labelled `issueDetail`. The second lease finds two sessions and is room-served;
+// the first client's doorbell re-lease upgrades it onto the same room. Then each client's
+// `editTitle` (a declared room mutator) reaches the other through the room socket, and the
+// script reports what each view shows and how long the peer took to see each edit.
+//
+// usage: node room.mjs --api HTTP_URL --ws WS_URL --issue ID --edits N [--cookie C]
+// prints one JSON line: {roomsA, roomsB, titleA, titleB, receiptsMs, anomalies, rejected}
+
+import { parseArgs } from "node:util";
+
+import { createRindleClient } from "@rindle/optimistic";
+import { WebSocket as NodeWebSocket } from "ws";
+
+import { issueDetail, mutators, schema } from "./demo.mjs";
+
+const { values: opts } = parseArgs({
+  options: {
+    api: { type: "string" },
+    ws: { type: "string" },
+    issue: { type: "string" },
+    edits: { type: "string", default: "10" },
+    cookie: { type: "string", default: "" },
+  },
+});
+const origin = new URL(opts.api).origin;
+const CSRF = "k".repeat(32);
+
+globalThis.WebSocket = class RoomJudgeWebSocket extends NodeWebSocket {
+  constructor(url, protocols) {
+    const headers = { Origin: origin };
+    if (opts.cookie) headers.Cookie = opts.cookie;
+    super(url, protocols, { headers });
+  }
+};
+
+const anomalies = [];
+const rejected = [];
+setTimeout(() => {
+  process.stderr.write(`room.mjs: gave up after 50 s; anomalies: ${JSON.stringify(anomalies)}\n`);
+  process.exit(1);
+}, 50_000).unref();
+
+function client(clientID) {
+  const fetchWithSession = (url, init) => {
+    const headers = { ...init.headers, "X-CSRFToken": CSRF };
+    headers.Cookie = [opts.cookie, `csrftoken=${CSRF}`].filter(Boolean).join("; ");
+    return fetch(url, { ...init, headers });
+  };
+  return createRindleClient({
+    schema,
+    mutators: mutators("ada"),
+    api: { url: opts.api, fetch: fetchWithSession },
+    daemon: { wsUrl: opts.ws },
+    clientID,
+    onRejected: (envelope, reason) => rejected.push({ clientID, mid: envelope.mid, reason }),
+    realtime: {
+      mutators: ["editTitle"],
+      onAnomaly: (a) => anomalies.push(`${clientID}: ${a.kind} ${a.message}`),
+    },
+  });
+}
+
+async function until(what, predicate, ms = 15_000) {
+  const deadline = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+const sourceKey = `room:issue/${opts.issue}`;
+const inRoom = (c) => sourceKey in c.__realtimeInspect().rooms;
+const title = (view) => view.data?.title;
+
+const a = await client("room-a");
+const viewA = a.store.materialize(issueDetail(opts.issue));
+await a.ensure(issueDetail(opts.issue));
+const b = await client("room-b");
+const viewB = b.store.materialize(issueDetail(opts.issue));
+await b.ensure(issueDetail(opts.issue));
+await until("B in the room", () => inRoom(b));
+await until("A upgraded into the room", () => inRoom(a));
+
+const receiptsMs = [];
+const edits = Number(opts.edits);
+for (let i = 1; i <= edits; i++) {
+  const [writer, reader, readerView] = i % 2 ? [a, b, viewB] : [b, a, viewA];
+  const next = `title ${i}`;
+  const start = performance.now();
+  writer.mutate.editTitle({ id: opts.issue, title: next, updatedAt: 1000 + i });
+  await until(`the peer to see edit ${i}`, () => title(readerView) === next);
+  receiptsMs.push(performance.now() - start);
+  void reader;
+}
+// Both settle on the last edit once the room's flush confirmed the writers' mids.
+await until("both views to agree", () => title(viewA) === title(viewB));
+await new Promise((r) => setTimeout(r, 500));
+
+process.stdout.write(
+  JSON.stringify({
+    roomsA: Object.keys(a.__realtimeInspect().rooms),
+    roomsB: Object.keys(b.__realtimeInspect().rooms),
+    titleA: title(viewA),
+    titleB: title(viewB),
+    receiptsMs,
+    anomalies,
+    rejected,
+  }) + "\n",
+);
+a.close();
+b.close();
+process.exit(0);
