@@ -542,7 +542,8 @@ SWEEP_SLACK_MS = 60_000
 def touch_session(engine, scope, client_id, now_ms=None):
     """
     Sweep the scope's long-expired sessions and upsert the caller's, in one write
-    (the row delta is the doorbell). ``(live others, expired within the grace)``.
+    (the row delta is the doorbell). ``(live others, others expired within the
+    grace, other rows at all)``: the last says a room plausibly served the scope.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     ttl = int(float(rindle_settings.ROOM_SESSION_TTL) * 1000)
@@ -561,10 +562,10 @@ def touch_session(engine, scope, client_id, now_ms=None):
             )
         return tx.fetchone(
             f"SELECT SUM(CASE WHEN expires_at > %s THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN expires_at <= %s AND expires_at > %s THEN 1 ELSE 0 END) "
+            f"SUM(CASE WHEN expires_at <= %s AND expires_at > %s THEN 1 ELSE 0 END), COUNT(*) "
             f"FROM {SCOPE_SESSIONS} WHERE scope = %s AND client_id <> %s",
             [now, now, now - grace, scope, client_id or ""],
         )
 
-    live, lingering = engine.write(write).value or (0, 0)
-    return int(live or 0), int(lingering or 0)
+    live, lingering, rows = engine.write(write).value or (0, 0, 0)
+    return int(live or 0), int(lingering or 0), int(rows or 0)

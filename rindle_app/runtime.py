@@ -525,6 +525,11 @@ class Runtime:
                 self._rooms = RoomRegistry(self.engine)
             return self._rooms
 
+    @property
+    def running_rooms(self):
+        """The live rooms if any room was asked for, else None (starts nothing)."""
+        return self._rooms
+
     def stop_rooms(self):
         """Flush every live room and drop it (their sockets are closed to retry)."""
         with self._rooms_lock:

@@ -116,13 +116,15 @@ def test_occupancy_counts_other_live_sessions_and_the_recently_expired(settings)
     try:
         settings.RINDLE = {**settings.RINDLE, "ROOM_SESSION_TTL": 10, "ROOM_SESSION_GRACE": 5}
         now = 1_000_000_000
-        assert rooms.touch_session(engine, "issue/1", "a", now) == (0, 0)
-        assert rooms.touch_session(engine, "issue/1", "b", now) == (1, 0)
-        assert rooms.touch_session(engine, "issue/1", "a", now) == (1, 0)  # a renewal
+        assert rooms.touch_session(engine, "issue/1", "a", now) == (0, 0, 0)
+        assert rooms.touch_session(engine, "issue/1", "b", now) == (1, 0, 1)
+        assert rooms.touch_session(engine, "issue/1", "a", now) == (1, 0, 1)  # a renewal
         # b expired 2 s ago: within the grace, so it still holds the room open.
-        assert rooms.touch_session(engine, "issue/1", "a", now + 12_000) == (0, 1)
+        assert rooms.touch_session(engine, "issue/1", "a", now + 12_000) == (0, 1, 1)
+        # Past the grace b no longer holds it open, but says a room plausibly existed.
+        assert rooms.touch_session(engine, "issue/1", "a", now + 20_000) == (0, 0, 1)
         # Long past grace + slack, b is swept by the next touch of the scope.
-        assert rooms.touch_session(engine, "issue/1", "a", now + 200_000) == (0, 0)
+        assert rooms.touch_session(engine, "issue/1", "a", now + 200_000) == (0, 0, 0)
         with connection.cursor() as cursor:
             cursor.execute("SELECT client_id FROM _rindle_scope_sessions ORDER BY client_id")
             assert cursor.fetchall() == [("a",)]

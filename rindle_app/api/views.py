@@ -31,6 +31,7 @@ from ..engine.writer import is_infrastructure_error
 from ..exceptions import UNKNOWN_QUERY, UNSUPPORTED
 from ..flow import quota
 from ..ivm.ast import QueryError, parse, query_key
+from ..runtime import get_runtime
 from ..stream.reader import read_query
 from . import serializers as s
 from .errors import exception_handler
@@ -234,7 +235,7 @@ def lifecycle_block(request, engine, name, args, client_id):
         doc = named.realtime_doc(name, args)
         if doc is None:
             return {}
-        others, lingering = rooms.touch_session(engine, doc, client_id)
+        others, lingering, shared = rooms.touch_session(engine, doc, client_id)
         parent = {"name": name, "args": args}
 
         def entry(table, **identity):
@@ -245,17 +246,22 @@ def lifecycle_block(request, engine, name, args, client_id):
             return {"table": table, "leaseToken": token, **identity}
 
         out = {"lifecycle": {"doorbell": entry(rooms.SCOPE_SESSIONS, scope=doc)}}
+        if not rindle_settings.ROOMS_ENABLED:
+            return out
         sessions = others + (1 if client_id else 0)
-        if rindle_settings.ROOMS_ENABLED and (
-            sessions >= int(rindle_settings.ROOM_MIN_SESSIONS) or lingering
-        ):
+        if sessions >= int(rindle_settings.ROOM_MIN_SESSIONS) or lingering:
             out["realtime"] = rooms.realtime_block(request, name, args, doc, user, client_id, auth)
-            fence = [entry(rooms.ROOM_WATERMARK, doc=doc)]
-            for table in (rooms.ROOM_LEDGER, rooms.ROOM_OUTCOMES):
-                fence.append(
-                    entry(table, doc=doc, **({"clientId": client_id} if client_id else {}))
-                )
-            out["lifecycle"]["fence"] = fence
+        elif shared:
+            # The room's other sessions are gone past the grace: drain it, and fence the
+            # downgrade on its last committed flush (the ghost holds until it is seen).
+            final = get_runtime(None).rooms.drain(doc)
+            out["realtimeFence"] = {"sourceKey": f"room:{doc}", "doc": doc, "finalFlushSeq": final}
+        else:
+            return out
+        fence = [entry(rooms.ROOM_WATERMARK, doc=doc)]
+        mine = {"clientId": client_id} if client_id else {}
+        fence += [entry(t, doc=doc, **mine) for t in (rooms.ROOM_LEDGER, rooms.ROOM_OUTCOMES)]
+        out["lifecycle"]["fence"] = fence
         return out
     except (RindleError, DatabaseError):
         logger.warning("rindle: the lifecycle streams of %r were not minted", name, exc_info=True)

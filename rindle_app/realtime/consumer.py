@@ -87,7 +87,7 @@ from ..exceptions import (
 )
 from ..flow import quota
 from ..ivm.ast import QueryError
-from ..named import LMID_QUERY_NAME, ROOM_QUERY_NAME, QueryRefused, resolve
+from ..named import LMID_QUERY_NAME, ROOM_QUERY_NAME, QueryRefused, realtime_doc, resolve
 from ..runtime import get_runtime
 from . import limits, wire, workers
 
@@ -549,6 +549,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
         try:
             ast = await workers.run_db(self._resolve, query_id, name, args, user)
             await workers.run_hub(self.hub.subscribe, self.conn, query_id, ast, mode)
+            if rindle_settings.ROOMS_ENABLED and self._runtime.running_rooms is not None:
+                await workers.run_db(self._hydrated, name, args)
         except QueryRefused as exc:
             await self._answer(exc, query_id, kind=FRAME_QUERY_ERROR, retryable=False)
         except QueryError as exc:
@@ -584,6 +586,15 @@ class RindleConsumer(AsyncWebsocketConsumer):
         user = leases.lease_user(lease)
         self._lease_principal = lease.user_id
         return lease.name, lease.args, user
+
+    def _hydrated(self, name, args):
+        """A labelled query hydrated here: a drained room of its doc seals its fence."""
+        try:
+            doc = realtime_doc(name, args)
+        except QueryRefused:
+            return
+        if doc is not None:
+            self._runtime.running_rooms.hydrated(doc)
 
     def _resolve(self, query_id, name, args, user):
         """The AST of the named query (a worker thread: it may read the database)."""

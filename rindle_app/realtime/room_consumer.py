@@ -45,6 +45,7 @@ from ..ivm.ast import QueryError, parse
 from ..runtime import get_runtime
 from . import wire, workers
 from .consumer import _envelope_problem, _is_query_id
+from .room_server import open_lmid
 
 logger = logging.getLogger("rindle.rooms")
 
@@ -58,6 +59,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _principal = leases.UNBOUND
     _profile = None
     _key = None
+    _early_lmid = None  # a lmid stream opened before the socket joined its room
 
     async def connect(self):
         doc = (parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("doc") or [""])[
@@ -146,10 +148,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if msg.get("name") == named.LMID_QUERY_NAME and "leaseToken" not in msg:
             if self.client_id is None:
                 return await self._query_error(query_id, "send init first", INVALID_ARGS)
-            if self.room is None:
-                return await self._query_error(
-                    query_id, "subscribe a room token before the room lmid", INVALID_ARGS
-                )
             return await workers.run_db(self._lmid, query_id)
         token = msg.get("leaseToken")
         if not isinstance(token, str) or "name" in msg:
@@ -164,10 +162,18 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self._query_error(query_id, f"invalid query: {exc}", UNSUPPORTED)
 
     def _lmid(self, query_id):
+        """
+        The client's room lmid stream. Before the socket joined its room (a client
+        subscribes it first) it is answered from the room ledger and handed to the
+        room when a room token joins it.
+        """
         engine = self._runtime.engine
         ast = named.lmid_ast(self.client_id)
         shape = wire.NormalizedShape(parse(ast, engine.tables), engine.tables)
-        self.room.subscribe_lmid(self, query_id, shape, self.client_id)
+        if self.room is not None:
+            return self.room.subscribe_lmid(self, query_id, shape, self.client_id)
+        lmid = engine.room_lmids(self.doc, [self.client_id]).get(self.client_id, 0)
+        self._early_lmid = open_lmid(self, query_id, shape, self.client_id, lmid, engine)
 
     def _serve(self, query_id, token):
         """Verify the room token, resolve its query for its user, join and serve (a thread)."""
@@ -204,6 +210,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 footprint,
             )
         self.room.subscribe(self, query_id, query, shape)
+        early, self._early_lmid = self._early_lmid, None
+        if early is not None:
+            self.room.adopt_lmid(early)
 
     async def _unsubscribe(self, msg):
         query_id = msg.get("queryId")

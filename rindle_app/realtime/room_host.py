@@ -435,6 +435,30 @@ class RoomHost:
 
     # --- flushes ----------------------------------------------------------------------
 
+    def next_offset(self):
+        """The offset the host's next flush (or ``seal``) commits under, as an int."""
+        return self.epoch * OFFSET_SPAN + self._seq + 1
+
+    def seal(self):
+        """
+        Commit an empty flush under the next offset, moving the downgrade watermark past
+        every flush before it (what a downgrade's fence waits for); returns the offset.
+        Pending mutations are flushed first.
+        """
+        self._open()
+        if self._pending:
+            self.flush()
+        offset = str(self.next_offset())
+        try:
+            self.engine.commit_room_flush(
+                [], self.source, offset, doc=self.doc, epoch=self.epoch,
+                batch_hash=_digest([]), cas=True,
+            )  # fmt: skip
+        except RoomFenced as exc:
+            self._close(f"fenced by epoch {exc.details.get('epoch')}")
+        self._seq += 1
+        return int(offset)
+
     def flush(self):
         """Make the batch durable in one CAS room flush; see the module. A ``FlushResult``."""
         self._open()

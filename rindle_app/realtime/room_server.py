@@ -35,6 +35,7 @@ reach it only through a CAS miss.
 
 import logging
 import threading
+import time
 
 from ..conf import rindle_settings
 from ..exceptions import RindleError, RoomClosed
@@ -46,6 +47,9 @@ from .room_host import APPLIED, REPLAY, RoomHost
 logger = logging.getLogger("rindle.rooms")
 
 CLOSE_RETRY = 4503
+# Seconds a drained room waits for its downgrading client's main-socket subscription
+# before it commits the fence anyway (see RoomRegistry.drain).
+SEAL_WAIT = 1.0
 LEDGER = "_rindle_client_mutations"  # the lmid stream's table, as on the main socket
 
 
@@ -74,6 +78,20 @@ class LmidSub:
         self.seq = 0
 
 
+def open_lmid(socket, query_id, shape, client_id, lmid, engine):
+    """A lmid stream answered before its socket joined a room: hello and seq 0 now."""
+    sub = LmidSub(socket, query_id, 1, shape, client_id, lmid)
+    rows = [] if not lmid else [{"op": "add", "table": LEDGER, "row": _lmid(sub)}]
+    socket.deliver(
+        [
+            wire.nhello(query_id, 1, shape, engine.boot_id),
+            wire.nbatch(query_id, 1, 0, shape.fp, wire.dumps(shape.ops(rows)), 0),
+            wire.progress(0),
+        ]
+    )
+    return sub
+
+
 class LiveRoom:
     """One doc's host, rows, views and subscribers; every method holds its lock."""
 
@@ -89,6 +107,9 @@ class LiveRoom:
         self.lmid_subs = {}  # (socket, query id) -> LmidSub
         self.sockets = set()
         self.closed = False
+        self.flushed = None  # the offset of this host's last committed flush
+        self.draining = False  # a downgrade fences on the next flush (see drain)
+        self.seal_by = None
 
     def boot(self, tables):
         self.host.boot()
@@ -136,6 +157,14 @@ class LiveRoom:
                     wire.progress(self.version),
                 ]
             )
+
+    def adopt_lmid(self, sub):
+        """Take over a lmid stream the socket opened before it joined (no new hello)."""
+        with self.lock:
+            self.lmid_subs[(sub.socket, sub.query_id)] = sub
+            lmid = self.host.durable_lmid(sub.client_id)
+            if lmid is not None and lmid > sub.lmid:
+                self._confirm(sub, lmid)
 
     def unsubscribe(self, socket, query_id):
         with self.lock:
@@ -194,6 +223,28 @@ class LiveRoom:
             self._after_flush(result)
             return result
 
+    def drain(self):
+        """Flush, and promise the fence of a downgrade: the next flush's offset (None: closed)."""
+        with self.lock:
+            if self.closed:
+                return None
+            self.flush()
+            self.draining = True
+            self.seal_by = time.monotonic() + SEAL_WAIT
+            return self.host.next_offset()
+
+    def seal_if_drained(self):
+        """Commit the drained room's promised fence (an empty flush if nothing is pending)."""
+        with self.lock:
+            if self.host.closed is not None or not self.draining:
+                return
+            self.draining = False
+            try:
+                self.flushed = self.host.seal()
+            except RoomClosed:
+                logger.warning("rindle room %r closed at its seal", self.doc, exc_info=True)
+                self._close()
+
     def _after_flush(self, result):
         if result.corrections:
             self._broadcast(result.corrections)
@@ -204,19 +255,22 @@ class LiveRoom:
                         frame = _outcome(change.mid, change.after, change.reason, None)
                         sub.socket.deliver([frame])
         if result.flushed:
+            self.flushed = int(result.offset)
             for sub in self.lmid_subs.values():
                 lmid = result.lmids.get(sub.client_id)
                 if lmid is not None and lmid > sub.lmid:
-                    old, sub.lmid = _lmid(sub), lmid
-                    op = {"op": "edit", "table": LEDGER, "old": old, "new": _lmid(sub)}
-                    if not old["last_mutation_id"]:
-                        op = {"op": "add", "table": LEDGER, "row": _lmid(sub)}
-                    sub.seq += 1
-                    text = wire.dumps(sub.shape.ops([op]))
-                    batch = wire.nbatch(
-                        sub.query_id, sub.epoch, sub.seq, sub.shape.fp, text, self.version
-                    )
-                    sub.socket.deliver([batch, wire.progress(self.version)])
+                    self._confirm(sub, lmid)
+
+    def _confirm(self, sub, lmid):
+        """Move ``sub``'s lmid row to ``lmid`` (durable), with a releasing progress."""
+        old, sub.lmid = _lmid(sub), lmid
+        op = {"op": "edit", "table": LEDGER, "old": old, "new": _lmid(sub)}
+        if not old["last_mutation_id"]:
+            op = {"op": "add", "table": LEDGER, "row": _lmid(sub)}
+        sub.seq += 1
+        text = wire.dumps(sub.shape.ops([op]))
+        batch = wire.nbatch(sub.query_id, sub.epoch, sub.seq, sub.shape.fp, text, self.version)
+        sub.socket.deliver([batch, wire.progress(self.version)])
 
     def _broadcast(self, changes):
         triples = []
@@ -257,6 +311,18 @@ class LiveRoom:
             socket.close_later(CLOSE_RETRY)
 
 
+def last_flush(engine, doc):
+    """The downgrade watermark of ``doc`` (its last committed flush's offset; 0: none)."""
+    from django.db import connections
+
+    from ..engine.rooms import ROOM_WATERMARK
+
+    with connections[engine.using].cursor() as cursor:
+        cursor.execute(f"SELECT flush_seq FROM {ROOM_WATERMARK} WHERE doc = %s", [doc])
+        row = cursor.fetchone()
+    return int(row[0]) if row and str(row[0]).isdigit() else 0
+
+
 def _lmid(sub):
     return {"client_id": sub.client_id, "last_mutation_id": sub.lmid}
 
@@ -281,6 +347,7 @@ class RoomRegistry:
         self.engine = engine
         self._lock = threading.Lock()
         self._rooms = {}
+        self._sealing = {}  # doc -> a drained room gone from _rooms, its fence not yet sealed
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = None
@@ -300,10 +367,12 @@ class RoomRegistry:
             return room
 
     def leave(self, socket, room):
-        """``socket`` went away; the room's last socket flushes and drops it."""
+        """``socket`` went away; the room's last socket flushes (seals) and drops it."""
         if not room.leave(socket):
             return
         room.flush()
+        if room.draining:
+            self._sealing[room.doc] = room  # sealed by the hydrate, or by the flusher
         with self._lock:
             with room.lock:
                 if room.sockets:
@@ -315,6 +384,32 @@ class RoomRegistry:
     def get(self, doc):
         return self._rooms.get(doc)
 
+    def drain(self, doc):
+        """
+        The ``finalFlushSeq`` a downgrade of ``doc`` fences on. A room living here is
+        flushed, and the fence is the offset of its NEXT flush, committed (empty if
+        need be) when its last socket leaves: the downgrading client closes its room
+        socket after it subscribed the query on the main socket, so the watermark the
+        ghost waits for reaches it after that subscription's rows, not before. With
+        no room here, the doc's last committed flush.
+        """
+        room = self._rooms.get(doc)
+        if room is not None:
+            final = room.drain()
+            if final is not None:
+                return final
+        return last_flush(self.engine, doc)
+
+    def hydrated(self, doc):
+        """
+        A main-socket subscription of ``doc``'s query hydrated: a drained room commits
+        its fence now, after those rows (the ghost on the client waits for it).
+        """
+        room = self._rooms.get(doc) or self._sealing.get(doc)
+        if room is not None and room.draining:
+            room.seal_if_drained()
+            self._sealing.pop(doc, None)
+
     def _start(self):
         if self._thread is None:
             self._thread = threading.Thread(target=self._flusher, name="rindle-rooms", daemon=True)
@@ -325,6 +420,11 @@ class RoomRegistry:
         while not self._stop.is_set():
             self._wake.wait(interval)
             self._wake.clear()
+            now = time.monotonic()
+            for room in [*self._rooms.values(), *self._sealing.values()]:
+                if room.draining and room.seal_by is not None and now >= room.seal_by:
+                    room.seal_if_drained()
+                    self._sealing.pop(room.doc, None)
             for room in list(self._rooms.values()):
                 try:
                     room.flush()
@@ -341,9 +441,13 @@ class RoomRegistry:
             self._thread.join(5)
         with self._lock:
             rooms, self._rooms = list(self._rooms.values()), {}
+            sealing, self._sealing = list(self._sealing.values()), {}
+        for room in sealing:
+            room.seal_if_drained()
         for room in rooms:
             try:
                 room.flush()
+                room.seal_if_drained()
             except Exception:
                 logger.exception("rindle room %r: the final flush failed", room.doc)
             room._close()

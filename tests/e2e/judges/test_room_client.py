@@ -22,29 +22,36 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EDITS = 20
 
 
-def test_two_published_clients_edit_through_one_room(engine, tmp_path):
+def judge(tmp_path, *flags):
+    """Run room.mjs against Daphne with rooms on; its JSON result."""
     node = node_or_skip()
     seed()
     ada = get_user_model().objects.create_user("ada")
-    server = Server(free_port(), tmp_path / "daphne.log", RINDLE_ROOMS_ENABLED="1")
+    settings_module = "tests.e2e.judges.settings_rooms"
+    server = Server(free_port(), tmp_path / "daphne.log", settings_module)
     server.start()
     try:
         port = server.port
         out = subprocess.run(
             [node, "room.mjs", "--api", f"http://127.0.0.1:{port}"]
             + ["--ws", f"ws://127.0.0.1:{port}/ws/rindle/", "--issue", "i1"]
-            + ["--edits", str(EDITS), "--cookie", session_cookie(ada)],
+            + ["--edits", str(EDITS), "--cookie", session_cookie(ada), *flags],
             cwd=NODE_DIR,
             env=child_env(),
             capture_output=True,
             text=True,
             timeout=90,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log()}"
+        assert out.returncode == 0, f"{out.stderr}\n{server.log(tail=20000)}"
         result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop(sig=2)
     print("room judge:", json.dumps(result))
+    return result
+
+
+def test_two_published_clients_edit_through_one_room(engine, tmp_path):
+    result = judge(tmp_path)
     assert result["anomalies"] == [] and result["rejected"] == [], result
     assert result["roomsA"] == result["roomsB"] == ["room:issue/i1"], result
     assert result["titleA"] == result["titleB"] == f"title {EDITS}", result
@@ -56,3 +63,18 @@ def test_two_published_clients_edit_through_one_room(engine, tmp_path):
             "SELECT client_id, last_mutation_id FROM _rindle_room_client_mutations ORDER BY 1"
         )
         assert cursor.fetchall() == [("room-a", EDITS // 2), ("room-b", EDITS // 2)]
+
+
+def test_after_a_downgrade_the_ghost_holds_until_the_fence(engine, tmp_path):
+    """
+    B leaves; past the grace A's renewal carries no room but the fence, and A's view,
+    sampled every millisecond through the downgrade, only ever shows the last edit.
+    """
+    result = judge(tmp_path, "--downgrade")
+    assert result["anomalies"] == [], result
+    assert result["downgraded"] == {"last": f"title {EDITS}", "now": f"title {EDITS}"}
+    assert result["seenByA"] == [f"title {EDITS}"], result
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT flush_seq FROM _rindle_room_watermark WHERE doc = %s", ["issue/i1"])
+        (flush_seq,) = cursor.fetchone()
+        assert int(flush_seq) > 0

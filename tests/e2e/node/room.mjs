@@ -22,6 +22,7 @@ const { values: opts } = parseArgs({
     issue: { type: "string" },
     edits: { type: "string", default: "10" },
     cookie: { type: "string", default: "" },
+    downgrade: { type: "boolean", default: false },
   },
 });
 const origin = new URL(opts.api).origin;
@@ -57,6 +58,8 @@ function client(clientID) {
     onRejected: (envelope, reason) => rejected.push({ clientID, mid: envelope.mid, reason }),
     realtime: {
       mutators: ["editTitle"],
+      // Renew the leases every second (the server's occupancy expires in seconds here).
+      renewMarginMs: 10_000_000,
       onAnomaly: (a) => anomalies.push(`${clientID}: ${a.kind} ${a.message}`),
     },
   });
@@ -97,11 +100,40 @@ for (let i = 1; i <= edits; i++) {
 // Both settle on the last edit once the room's flush confirmed the writers' mids.
 await until("both views to agree", () => title(viewA) === title(viewB));
 await new Promise((r) => setTimeout(r, 500));
+const roomsA = Object.keys(a.__realtimeInspect().rooms);
+const roomsB = Object.keys(b.__realtimeInspect().rooms);
+
+// The downgrade: B leaves; once its session is gone past the grace, A's next renewal
+// comes back without a room but with the fence, and A's view falls back to the daemon
+// while the room's rows stay visible (the ghost) until the watermark covers the final
+// flush. Sampled all along, A's view must never show anything but the last edit.
+const seenByA = new Set();
+const transitions = [];
+let downgraded = null;
+if (opts.downgrade) {
+  const last = title(viewA);
+  b.close();
+  const t0 = performance.now();
+  let lastSeen = null;
+  const sampler = setInterval(() => {
+    const now = `${String(title(viewA))}|${inRoom(a)}`;
+    seenByA.add(String(title(viewA)));
+    if (now !== lastSeen) transitions.push([Math.round(performance.now() - t0), now]);
+    lastSeen = now;
+  }, 1);
+  await until("A's downgrade", () => !inRoom(a), 20_000);
+  await new Promise((r) => setTimeout(r, 1_000));
+  clearInterval(sampler);
+  downgraded = { last, now: title(viewA) };
+}
 
 process.stdout.write(
   JSON.stringify({
-    roomsA: Object.keys(a.__realtimeInspect().rooms),
-    roomsB: Object.keys(b.__realtimeInspect().rooms),
+    roomsA,
+    roomsB,
+    downgraded,
+    seenByA: [...seenByA],
+    transitions,
     titleA: title(viewA),
     titleB: title(viewB),
     receiptsMs,
@@ -110,5 +142,5 @@ process.stdout.write(
   }) + "\n",
 );
 a.close();
-b.close();
+if (!opts.downgrade) b.close();
 process.exit(0);
