@@ -17,25 +17,29 @@ Client frames:
 - ``pushMutation {envelope}``: one room mutation of the socket's client, applied by
   the room host in arrival order.
 
-Bad frames get an ``error`` (the socket stays open); an unknown doc, a room socket
+Frames are rate limited like the main socket's (``WS_RATE``, ``WS_BURST``) and capped
+at ``WS_MAX_FRAME_BYTES``. Bad frames get an ``error`` (the socket stays open); an
+unknown doc, a room socket
 with rooms off (``ROOMS_ENABLED``) or a doc without a profile is refused at the
 handshake.
 """
 
 import asyncio
-import json
 import logging
+import time
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from .. import leases, named, rooms
+from .. import leases, named, rooms, strictjson
 from ..conf import rindle_settings
 from ..engine.mutations import principal_key
 from ..exceptions import (
     BAD_FRAME,
     FRAME_TOO_LARGE,
+    INTERNAL_ERROR,
     INVALID_ARGS,
+    RATE_LIMITED,
     UNSUPPORTED,
     QueryRefused,
     RindleError,
@@ -55,6 +59,7 @@ MAX_CLIENT_ID = 128
 
 class RoomConsumer(AsyncWebsocketConsumer):
     room = None
+    _sender = None
     client_id = None
     _principal = leases.UNBOUND
     _profile = None
@@ -77,6 +82,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._runtime = get_runtime(None)
         self._loop = asyncio.get_running_loop()
         self._outbox = asyncio.Queue()
+        self._tokens = float(rindle_settings.WS_BURST)
+        self._refill = time.monotonic()
         self._sender = asyncio.ensure_future(self._send_frames())
         await self.accept()
 
@@ -111,10 +118,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 f"a frame may be at most {rindle_settings.WS_MAX_FRAME_BYTES} bytes",
                 FRAME_TOO_LARGE,
             )
+        if not self._admit(time.monotonic()):
+            return await self._error("too many frames; slow down", RATE_LIMITED)
         try:
-            msg = json.loads(text_data)
-        except ValueError:
-            return await self._error("a frame must be a JSON object", BAD_FRAME)
+            msg = strictjson.loads(text_data)
+        except strictjson.BadJSON as exc:
+            return await self._error(str(exc), BAD_FRAME)
         kind = msg.get("t") if isinstance(msg, dict) else None
         handler = {
             "init": self._init,
@@ -130,6 +139,20 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_RETRY)
         except RindleError as exc:
             await self._error(exc.message, exc.code, retryable=exc.retryable)
+        except Exception:  # a server bug: answered, logged, and the socket stays open
+            logger.exception("rindle room socket: %s frame failed", kind)
+            await self._error(f"the server failed to handle this {kind} frame", INTERNAL_ERROR)
+
+    def _admit(self, now):
+        """The main socket's token bucket (WS_RATE, WS_BURST), per room socket."""
+        rate = float(rindle_settings.WS_RATE)
+        burst = float(rindle_settings.WS_BURST)
+        self._tokens = min(burst, self._tokens + (now - self._refill) * rate)
+        self._refill = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
     async def _init(self, msg):
         client_id = msg.get("clientID")

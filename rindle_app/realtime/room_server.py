@@ -47,6 +47,10 @@ from .room_host import APPLIED, REPLAY, RoomHost
 logger = logging.getLogger("rindle.rooms")
 
 CLOSE_RETRY = 4503
+# Seconds the flusher waits for a burst of mutations to end, and at most, before
+# it flushes them as one batch.
+COALESCE = 0.002
+COALESCE_MAX = 0.02
 # Seconds a drained room waits for its downgrading client's main-socket subscription
 # before it commits the fence anyway (see RoomRegistry.drain).
 SEAL_WAIT = 1.0
@@ -418,8 +422,8 @@ class RoomRegistry:
     def _flusher(self):
         interval = float(rindle_settings.ROOM_FLUSH_INTERVAL)
         while not self._stop.is_set():
-            self._wake.wait(interval)
-            self._wake.clear()
+            if self._wake.wait(interval):
+                self._coalesce()
             now = time.monotonic()
             for room in [*self._rooms.values(), *self._sealing.values()]:
                 if room.draining and room.seal_by is not None and now >= room.seal_by:
@@ -432,6 +436,17 @@ class RoomRegistry:
                     logger.warning("rindle room %r: a flush failed", room.doc, exc_info=True)
                 except Exception:
                     logger.exception("rindle room %r: a flush failed", room.doc)
+
+    def _coalesce(self):
+        """
+        Let a burst finish before flushing: wait while mutations keep coming less
+        than COALESCE apart, for at most COALESCE_MAX. A lone mutation waits
+        COALESCE; a burst flushes as one batch.
+        """
+        deadline = time.monotonic() + COALESCE_MAX
+        self._wake.clear()
+        while time.monotonic() < deadline and self._wake.wait(COALESCE):
+            self._wake.clear()
 
     def close(self):
         """Stop the flusher, flush every room (their last chance) and drop them."""

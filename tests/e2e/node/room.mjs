@@ -23,6 +23,9 @@ const { values: opts } = parseArgs({
     edits: { type: "string", default: "10" },
     cookie: { type: "string", default: "" },
     downgrade: { type: "boolean", default: false },
+    // bench/room_live.py: the same clients without a room (the slow path), and a burst.
+    "no-room": { type: "boolean", default: false },
+    burst: { type: "string", default: "0" },
   },
 });
 const origin = new URL(opts.api).origin;
@@ -83,8 +86,10 @@ await a.ensure(issueDetail(opts.issue));
 const b = await client("room-b");
 const viewB = b.store.materialize(issueDetail(opts.issue));
 await b.ensure(issueDetail(opts.issue));
-await until("B in the room", () => inRoom(b));
-await until("A upgraded into the room", () => inRoom(a));
+if (!opts["no-room"]) {
+  await until("B in the room", () => inRoom(b));
+  await until("A upgraded into the room", () => inRoom(a));
+}
 
 const receiptsMs = [];
 const edits = Number(opts.edits);
@@ -97,6 +102,18 @@ for (let i = 1; i <= edits; i++) {
   receiptsMs.push(performance.now() - start);
   void reader;
 }
+// A burst: A sends edits back to back; B's view reaching the last one ends it.
+let burst = null;
+if (Number(opts.burst) > 0) {
+  const n = Number(opts.burst);
+  const start = performance.now();
+  for (let i = 1; i <= n; i++) {
+    a.mutate.editTitle({ id: opts.issue, title: `burst ${i}`, updatedAt: 100_000 + i });
+  }
+  await until("the burst's last edit at B", () => title(viewB) === `burst ${n}`, 120_000);
+  burst = { n, ms: performance.now() - start };
+}
+
 // Both settle on the last edit once the room's flush confirmed the writers' mids.
 await until("both views to agree", () => title(viewA) === title(viewB));
 await new Promise((r) => setTimeout(r, 500));
@@ -131,6 +148,7 @@ process.stdout.write(
   JSON.stringify({
     roomsA,
     roomsB,
+    burst,
     downgraded,
     seenByA: [...seenByA],
     transitions,
