@@ -121,6 +121,16 @@ class LeaseResponse(serializers.Serializer):
         required=False,
         help_text="A realtime-labelled query's system streams (REALTIME_LIFECYCLE on).",
     )
+    realtime = serializers.DictField(
+        required=False,
+        help_text="The room serving the query (ROOMS_ENABLED, two sessions): {sourceKey, "
+        "wsEndpoint, roomToken, exp, doc, tables}.",
+    )
+    realtimeFence = serializers.DictField(
+        required=False,
+        help_text="A downgrade's fence {sourceKey, doc, finalFlushSeq}: keep the room's rows "
+        "until the watermark stream shows finalFlushSeq.",
+    )
 
 
 class ReadResponse(serializers.Serializer):

@@ -50,7 +50,14 @@ def test_the_openapi_document_describes_every_route(engine, fmt):
         body = paths["/api/rindle/mutate"]["post"]["requestBody"]["content"]["application/json"]
         assert body["schema"]["$ref"] == "#/components/schemas/MutateRequest"
         lease = doc["components"]["schemas"]["LeaseResponse"]["properties"]
-        assert set(lease) == {"leaseToken", "queryKey", "expiresAt", "lifecycle"}
+        assert set(lease) == {
+            "leaseToken",
+            "queryKey",
+            "expiresAt",
+            "lifecycle",
+            "realtime",
+            "realtimeFence",
+        }
         assert "/api/rindle/room-boot" in paths
         assert doc["components"]["securitySchemes"]["rindleToken"]["scheme"] == "bearer"
         assert "409" in paths["/api/rindle/mutate"]["post"]["responses"]
