@@ -11,8 +11,10 @@ Client frames:
 - ``subscribe {queryId, leaseToken}`` with the lease's ``realtime.roomToken``: the
   token names the doc and the labelled query; the query is resolved again for the
   token's user (its read rules compiled in), must derive this doc and read only the
-  footprint's tables, and is then served from the room's rows. The first token binds
-  the socket to its user, as a lease does on ``/ws/rindle/``.
+  footprint's tables, and is then served from the room's rows. A socket with a
+  session or a bearer token (scope ``read``) redeems only tokens minted for itself;
+  one without credentials is bound to its first token's user, as leases are on
+  ``/ws/rindle/``.
 - ``unsubscribe {queryId}``.
 - ``pushMutation {envelope}``: one room mutation of the socket's client, applied by
   the room host in arrival order.
@@ -48,7 +50,7 @@ from ..exceptions import (
 from ..ivm.ast import QueryError, parse
 from ..runtime import get_runtime
 from . import wire, workers
-from .consumer import _envelope_problem, _is_query_id
+from .consumer import _authenticate, _bearer, _envelope_problem, _is_query_id
 from .room_server import open_lmid
 
 logger = logging.getLogger("rindle.rooms")
@@ -79,6 +81,14 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.close()
             return
         self.doc = doc
+        self.user, self.token = self.scope.get("user"), None
+        bearer = _bearer(self.scope)
+        if bearer is not None:  # a machine client: its token, as on the main socket
+            found = await workers.run_db(_authenticate, bearer)
+            if found is None or not found[1].has_scope("read"):
+                await self.close()
+                return
+            self.user, self.token = found
         self._runtime = get_runtime(None)
         self._loop = asyncio.get_running_loop()
         self._outbox = asyncio.Queue()
@@ -200,15 +210,21 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     def _serve(self, query_id, token):
         """Verify the room token, resolve its query for its user, join and serve (a thread)."""
-        lease = leases.redeem_as_credential(token, self._principal)
+        if self.token is not None or getattr(self.user, "is_authenticated", False):
+            lease = leases.redeem(token, self.user, self.token)  # minted for this principal
+            user = self.user
+        else:  # no credentials of its own: the first token binds the socket to its user
+            lease = leases.redeem_as_credential(token, self._principal)
+            user = leases.lease_user(lease)
+            self._principal = lease.user_id
         args = lease.args if isinstance(lease.args, dict) else {}
         parent = args.get("parent") if isinstance(args.get("parent"), dict) else {}
         if lease.name != rooms.ROOM_SERVE_QUERY_NAME or args.get("doc") != self.doc:
             raise QueryRefused("this token is not a room token of this doc", INVALID_ARGS)
-        user = leases.lease_user(lease)
-        self._principal = lease.user_id
-        if self.client_id is not None:
-            owner = principal_key(user)
+        if self.client_id is not None:  # an id another principal owns is refused
+            session = self.scope.get("session")
+            key = getattr(session, "session_key", None) if session is not None else None
+            owner = principal_key(self.user, self.token, key)  # as the main socket's
             self._runtime.engine.check_owner(self.client_id, owner)
         ast = named.resolve(parent.get("name"), parent.get("args"), user, client_id=self.client_id)
         if named.realtime_doc(parent["name"], parent.get("args")) != self.doc:

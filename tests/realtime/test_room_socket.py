@@ -14,6 +14,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.test import Client as HttpClient
 from rest_framework.test import APIClient
 
 from project.demo import models as demo
@@ -199,3 +200,20 @@ async def test_rooms_off_serves_no_room(people, settings):
     await db(lease)(ada, "A")
     assert "realtime" not in await db(lease)(bob, "B")
     assert not await Client(headers=[ORIGIN], path=ROOM_PATH).connect()
+
+
+async def test_a_token_of_another_user_is_refused_on_a_signed_in_room_socket(people):
+    """A room socket with a session redeems only room tokens minted for its own user."""
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]  # bob's room token
+    http = HttpClient()
+    await db(http.force_login)(ada)
+    cookie = f"sessionid={http.cookies['sessionid'].value}".encode()
+    socket = Client(headers=[ORIGIN, (b"cookie", cookie)], path=ROOM_PATH)
+    assert await socket.connect()
+    await socket.send({"t": "init", "clientID": "A"})
+    await socket.send({"t": "subscribe", "queryId": 1, "leaseToken": rt["roomToken"]})
+    reply = await socket.recv()
+    assert (reply["t"], reply["code"]) == ("queryError", "lease_principal_mismatch"), reply
+    await socket.close()
