@@ -432,8 +432,9 @@ def footprint_for(profile, key, user):
 def load_footprint(engine, profile, key):
     """
     ``{table: [row, ...]}``: the rows of the footprint of ``profile`` for ``key``,
-    read from the database now (unwindowed, so bounded by what the doc owns). The
-    room host loads it at boot; no read rule applies (each room-served query is
+    read from the database now (unwindowed, so bounded by what the doc owns; past
+    ``WS_MAX_FOOTPRINT_ROWS`` rows it is refused, ``footprint_too_large``). The room
+    host loads it at boot; no read rule applies (each room-served query is
     resolved with its subscriber's rules compiled in, and evaluated over these rows).
     """
     from django.db import connections
@@ -446,6 +447,15 @@ def load_footprint(engine, profile, key):
     nodes = [] if view is None else (view if isinstance(view, list) else [view])
     out = {}
     _footprint_rows(engine.tables, query, nodes, out)
+    total, cap = sum(len(rows) for rows in out.values()), int(rindle_settings.WS_MAX_FOOTPRINT_ROWS)
+    if total > cap:
+        from .exceptions import FOOTPRINT_TOO_LARGE, LimitExceeded
+
+        raise LimitExceeded(
+            f"room {profile.name}/{key} holds {total} rows, more than WS_MAX_FOOTPRINT_ROWS "
+            f"({cap}) a room may keep in memory",
+            FOOTPRINT_TOO_LARGE,
+        )
     return {table: list(rows.values()) for table, rows in out.items()}
 
 

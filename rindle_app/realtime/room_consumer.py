@@ -189,10 +189,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
             )
         try:
             await workers.run_db(self._serve, query_id, token)
-        except (QueryRefused, leases.LeaseError) as exc:
-            await self._query_error(query_id, exc.message, exc.code)
         except QueryError as exc:
             await self._query_error(query_id, f"invalid query: {exc}", UNSUPPORTED)
+        except RoomClosed:
+            raise
+        except RindleError as exc:  # a refused token or query, a room that cannot boot
+            await self._query_error(query_id, exc.message, exc.code)
 
     def _lmid(self, query_id):
         """

@@ -217,3 +217,17 @@ async def test_a_token_of_another_user_is_refused_on_a_signed_in_room_socket(peo
     reply = await socket.recv()
     assert (reply["t"], reply["code"]) == ("queryError", "lease_principal_mismatch"), reply
     await socket.close()
+
+
+async def test_a_room_past_the_footprint_cap_is_refused_at_its_boot(people, settings):
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    settings.RINDLE = {**settings.RINDLE, "WS_MAX_FOOTPRINT_ROWS": 2}  # the doc has 3 rows
+    socket = Client(headers=[ORIGIN], path=ROOM_PATH)
+    assert await socket.connect()
+    await socket.send({"t": "init", "clientID": "B"})
+    await socket.send({"t": "subscribe", "queryId": 1, "leaseToken": rt["roomToken"]})
+    reply = await socket.recv()
+    assert (reply["t"], reply["code"]) == ("queryError", "footprint_too_large"), reply
+    await socket.close()
