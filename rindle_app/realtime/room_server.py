@@ -39,6 +39,7 @@ import time
 
 from ..conf import rindle_settings
 from ..exceptions import RindleError, RoomClosed
+from ..ivm.ast import query_key
 from ..ivm.store import MemoryStore
 from ..ivm.view import View
 from . import wire
@@ -57,15 +58,24 @@ SEAL_WAIT = 1.0
 LEDGER = "_rindle_client_mutations"  # the lmid stream's table, as on the main socket
 
 
+class SharedView:
+    """One room-served query's view, shared by every subscription of the same query."""
+
+    def __init__(self, view, shape):
+        self.view = view
+        self.shape = shape
+        self.subs = set()
+
+
 class RoomSub:
     """One room-served subscription of one socket."""
 
-    def __init__(self, socket, query_id, epoch, view, shape):
+    def __init__(self, socket, query_id, epoch, shared, key):
         self.socket = socket
         self.query_id = query_id
         self.epoch = epoch
-        self.view = view
-        self.shape = shape
+        self.shared = shared
+        self.key = key
         self.seq = 0
 
 
@@ -108,6 +118,7 @@ class LiveRoom:
         self.store = MemoryStore(engine.tables)
         self.version = 0  # the room's progress: one step per change it broadcast
         self.subs = {}  # (socket, query id) -> RoomSub
+        self.views = {}  # query key -> SharedView
         self.lmid_subs = {}  # (socket, query id) -> LmidSub
         self.sockets = set()
         self.closed = False
@@ -123,13 +134,23 @@ class LiveRoom:
     # --- subscriptions ------------------------------------------------------------------
 
     def subscribe(self, socket, query_id, query, shape):
-        """Hydrate ``query`` over the room's rows for ``socket``: hello, seq 0, progress."""
+        """
+        Serve ``query`` over the room's rows to ``socket``: hello, seq 0, progress.
+        Subscriptions of the same query share one view, maintained once per change.
+        """
         with self.lock:
             self._open()
             epoch = self._drop_sub(socket, query_id) + 1
-            view = View(query, self.store)
-            ops = view.hydrate()
-            sub = self.subs[(socket, query_id)] = RoomSub(socket, query_id, epoch, view, shape)
+            key = query_key(query)
+            shared = self.views.get(key)
+            if shared is None:
+                view = View(query, self.store)
+                ops = view.hydrate()
+                shared = self.views[key] = SharedView(view, shape)
+            else:
+                ops = [{"op": "add", "table": t, "row": r} for t, r in shared.view.footprint_rows()]
+            sub = self.subs[(socket, query_id)] = RoomSub(socket, query_id, epoch, shared, key)
+            shared.subs.add(sub)
             socket.deliver(
                 [
                     wire.nhello(query_id, epoch, shape, self.engine.boot_id),
@@ -175,17 +196,21 @@ class LiveRoom:
             self._drop_sub(socket, query_id)
 
     def _drop_sub(self, socket, query_id):
-        old = self.subs.pop((socket, query_id), None) or self.lmid_subs.pop(
-            (socket, query_id), None
-        )
+        old = self.subs.pop((socket, query_id), None)
+        if old is not None:
+            old.shared.subs.discard(old)
+            if not old.shared.subs:
+                del self.views[old.key]
+        else:
+            old = self.lmid_subs.pop((socket, query_id), None)
         return 0 if old is None else old.epoch
 
     def leave(self, socket):
         """Forget ``socket``; True when it was the room's last."""
         with self.lock:
             self.sockets.discard(socket)
-            for key in [k for k in self.subs if k[0] is socket]:
-                del self.subs[key]
+            for sock, query_id in [k for k in self.subs if k[0] is socket]:
+                self._drop_sub(sock, query_id)
             for key in [k for k in self.lmid_subs if k[0] is socket]:
                 del self.lmid_subs[key]
             return not self.sockets
@@ -291,15 +316,15 @@ class LiveRoom:
         if not triples:
             return
         self.version += 1
-        for sub in self.subs.values():
-            ops = sub.view.apply(triples)
-            if ops:
+        v = self.version
+        for shared in self.views.values():
+            ops = shared.view.apply(triples)
+            if not ops:
+                continue
+            text, fp = wire.dumps(shared.shape.ops(ops)), shared.shape.fp  # encoded once
+            for sub in shared.subs:
                 sub.seq += 1
-                text = wire.dumps(sub.shape.ops(ops))
-                v = self.version
-                sub.socket.deliver(
-                    [wire.nbatch(sub.query_id, sub.epoch, sub.seq, sub.shape.fp, text, v)]
-                )
+                sub.socket.deliver([wire.nbatch(sub.query_id, sub.epoch, sub.seq, fp, text, v)])
         for socket in self.sockets:
             socket.deliver([wire.progress(self.version)])
 

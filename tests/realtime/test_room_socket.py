@@ -126,8 +126,10 @@ async def test_two_sessions_make_a_room_and_a_mutation_reaches_the_peer_at_once(
     ]
     again = await db(lease)(ada, "A")  # A's doorbell re-lease now finds the room
     a, hydrated = await room_socket("A", again["realtime"]["roomToken"])
-    b, _ = await room_socket("B", rt["roomToken"])
+    b, joined = await room_socket("B", rt["roomToken"])  # shares A's view of the query
     assert [r[0] for r in rows(hydrated, "issue")] == [ISSUE]
+    assert sorted(map(tuple, rows(joined, "issue"))) == sorted(map(tuple, rows(hydrated, "issue")))
+    assert [r[0] for r in rows(joined, "comment")] == ["c1"]
     started = time.monotonic()
     await a.send(push(1, "editTitle", id=ISSUE, title="second", updatedAt=5))
     seen = await b.recv_until("nbatch")
