@@ -81,10 +81,10 @@ def _chain(app):
 
 
 def test_the_websocket_application_validates_origins_authenticates_and_routes():
-    """websocket_application(): origin check, cookies, session, user, then /ws/rindle/."""
+    """websocket_application(): origin check, cookies, session, user, then the two sockets."""
     seen, router = _chain(asgi.websocket_application())
     assert seen == [OriginValidator, CookieMiddleware, SocketSessionMiddleware, AuthMiddleware]
-    assert [str(r.pattern) for r in router.routes] == ["ws/rindle/"]
+    assert [str(r.pattern) for r in router.routes] == ["ws/rindle/", "ws/rindle/room/"]
     assert router.routes[0].callback.consumer_class is RindleConsumer
 
 
