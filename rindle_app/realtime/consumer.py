@@ -90,7 +90,7 @@ from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, ROOM_QUERY_NAME, QueryRefused, resolve
 from ..runtime import get_runtime
 from . import limits, wire, workers
-from .security import bearer_token
+from .security import bearer_token as _bearer  # one reading of the header for the validator too
 
 logger = logging.getLogger("rindle.realtime")
 
@@ -170,7 +170,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
         self._registration = threading.Lock()
         self.user = self.scope.get("user")
         self.client_id = None
-        bearer = bearer_token(self.scope)
+        bearer = _bearer(self.scope)
         if bearer is not None:
             found = await workers.run_db(_authenticate, bearer)
             if found is None:
