@@ -20,15 +20,17 @@ def websocket_application():
     """
     The websocket ASGI app: ``/ws/rindle/`` behind host/origin validation and auth.
 
-    Origins are checked against ``ALLOWED_HOSTS`` (``AllowedHostsOriginValidator``);
-    the user comes from the session cookie or a bearer token (rindle's
-    ``AuthMiddlewareStack``). Django is set up first if it is not yet.
+    Origins are checked against ``ALLOWED_HOSTS`` (rindle's
+    ``AllowedHostsOriginValidator``: a connection with a bearer token needs no
+    ``Origin``, and never brings its cookies); the user comes from the session cookie
+    or the bearer token (rindle's ``AuthMiddlewareStack``, the consumer). Django is
+    set up first if it is not yet.
     """
     _setup()
     from channels.routing import URLRouter
-    from channels.security.websocket import AllowedHostsOriginValidator
 
     from .realtime.auth import AuthMiddlewareStack
+    from .realtime.security import AllowedHostsOriginValidator
     from .routing import websocket_urlpatterns
 
     return AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))

@@ -55,12 +55,12 @@ class Normalized(serializers.CharField):
         return value if value is None else self.normalize(value)
 
 
-def Id():
-    return serializers.CharField(max_length=128, trim_whitespace=False)
+def Id(**kwargs):
+    return serializers.CharField(max_length=128, trim_whitespace=False, **kwargs)
 
 
-def Millis():
-    return serializers.FloatField(min_value=0)
+def Millis(**kwargs):
+    return serializers.FloatField(min_value=0, **kwargs)
 
 
 def Title():
@@ -141,11 +141,16 @@ class AddCommentArgs(serializers.Serializer):
     issueId = Id()
     body = Body()
     createdAt = Millis()
+    # The original's clients send it; one that does not bumps the issue to createdAt.
+    updatedAt = Millis(required=False)
 
 
 class EditCommentArgs(serializers.Serializer):
     id = Id()
+    # The original's clients send it; the issue bumped is the comment's own, whatever it says.
+    issueId = Id(required=False)
     body = Body(allow_blank=True)
+    updatedAt = Millis()
 
 
 class DeleteIssueArgs(serializers.Serializer):
@@ -266,22 +271,36 @@ def remove_tag(tx, args, user):
 
 @mutator("addComment", args=AddCommentArgs)
 def add_comment(tx, args, user):
-    """Comment on an existing issue as the acting user (a missing issue: no-op)."""
+    """
+    Comment on an existing issue as the acting user and bump the issue's updatedAt,
+    as every edit of an issue does (a missing issue: no-op).
+    """
     author = acting_user_id(user)
     ensure_user(tx, author)
+    issue_id = args["issueId"]
     tx.execute(
         'INSERT INTO "comment" ("id", "issueId", "authorId", "body", "createdAt") '
         'SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM "issue" WHERE "id" = %s)',
-        [args["id"], args["issueId"], author, args["body"], args["createdAt"], args["issueId"]],
+        [args["id"], issue_id, author, args["body"], args["createdAt"], issue_id],
     )
+    touch(tx, issue_id, {}, args.get("updatedAt", args["createdAt"]))
 
 
 @mutator("editComment", args=EditCommentArgs)
 def edit_comment(tx, args, user):
-    """Only the comment's author edits it; anyone else's edit changes nothing."""
+    """
+    Only the comment's author edits it, which bumps its issue's updatedAt; anyone
+    else's edit changes nothing, the issue included.
+    """
+    author = acting_user_id(user)
     tx.execute(
         'UPDATE "comment" SET "body" = %s WHERE "id" = %s AND "authorId" = %s',
-        [args["body"], args["id"], acting_user_id(user)],
+        [args["body"], args["id"], author],
+    )
+    tx.execute(
+        'UPDATE "issue" SET "updatedAt" = %s WHERE "id" = '
+        '(SELECT "issueId" FROM "comment" WHERE "id" = %s AND "authorId" = %s)',
+        [args["updatedAt"], args["id"], author],
     )
 
 

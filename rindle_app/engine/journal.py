@@ -529,9 +529,13 @@ def _stored(tx, migration_id):
 
 def _migrations(tx):
     """Every journaled migration's report, in apply order."""
-    tx.cursor.execute(f"SELECT key, actions FROM {JOURNAL} ORDER BY applied_at, key")
+    return _journaled(tx.cursor)
+
+
+def _journaled(cursor):
+    cursor.execute(f"SELECT key, actions FROM {JOURNAL} ORDER BY applied_at, key")
     out = []
-    for key, actions in tx.cursor.fetchall():
+    for key, actions in cursor.fetchall():
         actions = json.loads(actions) if isinstance(actions, (str, bytes)) else actions
         if isinstance(actions, dict) and actions.get("journal") == "migration":
             out.append((key, actions))
@@ -549,26 +553,28 @@ def migration_record(engine, migration_id):
     return engine.write(lambda tx: _stored(tx, migration_id)).value
 
 
+def journaled_tables(connection, cursor):
+    """The tables journaled migrations created and did not drop that exist, in order."""
+    existing = set(connection.introspection.table_names(cursor))
+    if JOURNAL not in existing:
+        return []
+    live = {}
+    for _key, report in _journaled(cursor):
+        for name in report.get("created", ()):
+            live[name] = True
+        for name in report.get("dropped", ()):
+            live.pop(name, None)
+    return [name for name in live if name in existing]
+
+
 def restore_tables(engine):
     """
     Re-register the tables journaled migrations created and did not drop (called
     when the engine starts or refreshes); returns their names.
     """
 
-    def read(tx):
-        if JOURNAL not in tx.connection.introspection.table_names(tx.cursor):
-            return []
-        live = {}
-        for _key, report in _migrations(tx):
-            for name in report.get("created", ()):
-                live[name] = True
-            for name in report.get("dropped", ()):
-                live.pop(name, None)
-        existing = set(tx.connection.introspection.table_names(tx.cursor))
-        return [name for name in live if name in existing]
-
     restored = []
-    for name in engine.write(read).value:
+    for name in engine.write(lambda tx: journaled_tables(tx.connection, tx.cursor)).value:
         try:
             engine.register_existing_table(name, model=_model(name))
         except UnknownTable as exc:  # changed outside the journal: start without it

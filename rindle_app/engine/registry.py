@@ -24,11 +24,14 @@ def synced_models():
 
 def introspect_tables(using=None):
     """
-    A ``TableMap`` of the tables an engine of ``using`` registers (the client ledger
-    and every synced model's table), read from the database without starting one.
+    A ``TableMap`` of the tables an engine of ``using`` registers (the client ledger,
+    every synced model's table and the tables journaled migrations created), read
+    from the database without starting one.
     """
     from django.db import connections
 
+    from .errors import UnknownTable
+    from .journal import journaled_tables
     from .mutations import LEDGER
     from .tables import TableMap, introspect
 
@@ -38,4 +41,11 @@ def introspect_tables(using=None):
         tables.put(introspect(conn, cursor, LEDGER))
         for model in synced_models():
             tables.put(introspect(conn, cursor, model._meta.db_table, model=model))
+        for name in journaled_tables(conn, cursor):
+            if name in tables:  # a synced model's table, already typed from its model
+                continue
+            try:
+                tables.put(introspect(conn, cursor, name))
+            except UnknownTable:  # changed outside the journal: the engine skips it too
+                continue
     return tables

@@ -182,8 +182,17 @@ def introspect(connection, cursor, name, *, model=None, private=()):
             if f.remote_field is not None and not f.db_constraint:
                 target = f.target_field
                 fks.append(ForeignKey((f.column,), target.model._meta.db_table, (target.column,)))
+    # A primary-key column is never nullable, whatever the catalog says: SQLite's
+    # table_info reports NOT NULL only where it was declared (an INTEGER PRIMARY KEY is
+    # the rowid and takes no NULL, yet reads as nullable), where Postgres implies it.
+    keys = frozenset(pk)
     columns = tuple(
-        Column(validate(n, "column name"), overrides.get(n) or wire_type(d), bool(null), d or "")
+        Column(
+            validate(n, "column name"),
+            overrides.get(n) or wire_type(d),
+            bool(null) and n not in keys,
+            d or "",
+        )
         for n, d, null in described
     )
     private = frozenset(private) & {c.name for c in columns}

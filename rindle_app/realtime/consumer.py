@@ -90,6 +90,7 @@ from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, ROOM_QUERY_NAME, QueryRefused, realtime_doc, resolve
 from ..runtime import get_runtime
 from . import limits, wire, workers
+from .security import bearer_token as _bearer  # one reading of the header for the validator too
 
 logger = logging.getLogger("rindle.realtime")
 
@@ -708,16 +709,6 @@ def _retrieve(future):
     """Mark a background future's exception as seen (it was logged, or is awaited)."""
     if not future.cancelled():
         future.exception()
-
-
-def _bearer(scope):
-    for name, value in scope.get("headers") or ():
-        if name == b"authorization":
-            kind, _, token = value.decode("latin-1").partition(" ")
-            if kind.lower() == "bearer":
-                return token.strip()
-            return ""  # some other scheme: refused, not ignored
-    return None
 
 
 def _authenticate(raw):

@@ -225,15 +225,44 @@ def test_add_comment_to_a_missing_issue_changes_nothing(engine, alice):
     assert not demo.Comment.objects.exists()
 
 
-def test_only_the_author_edits_a_comment(engine, alice, bob):
-    """editComment by the author applies; anyone else's is accepted and changes nothing."""
+def test_add_comment_bumps_the_issues_updated_at(engine, alice):
+    """addComment bumps the issue's updatedAt (the original's), to createdAt without one."""
     create(engine, alice)
-    result = run(engine, "editComment", {"id": "i1-c0", "body": "Hijacked"}, bob)
+    args = {"id": "c1", "issueId": "i1", "body": "Me too.", "createdAt": T0 + 1}
+    assert run(engine, "addComment", {**args, "updatedAt": T0 + 2}, alice).status == "applied"
+    assert demo.Issue.objects.get(id="i1").updated_at == T0 + 2
+    args = {"id": "c2", "issueId": "i1", "body": "Same.", "createdAt": T0 + 3}
+    assert run(engine, "addComment", args, alice).status == "applied"
+    assert demo.Issue.objects.get(id="i1").updated_at == T0 + 3
+
+
+def test_only_the_author_edits_a_comment(engine, alice, bob):
+    """
+    editComment by the author applies and bumps its issue's updatedAt; anyone else's
+    is accepted and changes nothing, the issue included.
+    """
+    create(engine, alice)
+    create(engine, alice, "i2", descriptionCommentId="i2-c0", tags=[])
+    hijack = {"id": "i1-c0", "body": "Hijacked", "updatedAt": T0 + 5}
+    result = run(engine, "editComment", hijack, bob)
     assert result.status == "applied"
     assert demo.Comment.objects.get(id="i1-c0").body == "It fails on Safari."
-    result = run(engine, "editComment", {"id": "i1-c0", "body": "Also Firefox."}, alice)
+    assert demo.Issue.objects.get(id="i1").updated_at == T0
+    # issueId (the original's clients send it) never redirects the bump.
+    edit = {"id": "i1-c0", "issueId": "i2", "body": "Also Firefox.", "updatedAt": T0 + 6}
+    result = run(engine, "editComment", edit, alice)
     assert result.status == "applied"
     assert demo.Comment.objects.get(id="i1-c0").body == "Also Firefox."
+    assert demo.Issue.objects.get(id="i1").updated_at == T0 + 6
+    assert demo.Issue.objects.get(id="i2").updated_at == T0
+
+
+def test_edit_comment_needs_updated_at(engine, alice):
+    """The time of an edit comes from the client, as in the original: without it, invalid_args."""
+    create(engine, alice)
+    result = run(engine, "editComment", {"id": "i1-c0", "body": "x"}, alice)
+    assert (result.status, result.code) == ("rejected", "invalid_args")
+    assert demo.Comment.objects.get(id="i1-c0").body == "It fails on Safari."
 
 
 # --- deleteIssue -----------------------------------------------------------------------

@@ -40,6 +40,30 @@ def test_register_existing_table_reads_column_order_and_composite_pk(engine):
     assert outbox_since(before)[0]["pk"] == ["B", "A"]
 
 
+def test_primary_key_columns_are_never_nullable(engine):
+    """
+    A key column reads as NOT NULL on both backends, composite keys and SQLite's
+    INTEGER PRIMARY KEY (the rowid, which the catalog calls nullable) included.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute('CREATE TABLE "pk_rowid" ("id" INTEGER PRIMARY KEY, "n" INTEGER)')
+        cursor.execute(
+            'CREATE TABLE "pk_pairs" ("b" TEXT, "a" INTEGER, "v" TEXT, PRIMARY KEY ("b", "a"))'
+        )
+    counter = engine.register_existing_table("pk_rowid").schema()
+    assert counter["columns"] == [
+        {"name": "id", "type": "number", "nullable": False},
+        {"name": "n", "type": "number", "nullable": True},
+    ]
+    pairs = engine.register_existing_table("pk_pairs").schema()
+    assert pairs["columns"] == [
+        {"name": "b", "type": "string", "nullable": False},
+        {"name": "a", "type": "number", "nullable": False},
+        {"name": "v", "type": "string", "nullable": True},
+    ]
+    assert pairs["primaryKey"] == ["b", "a"]
+
+
 def test_synced_models_are_registered_with_model_types(engine):
     """Every synced model's table is in the map, typed from the model where it knows better."""
     assert set(synced_labels()) >= {"demo.User", "demo.Issue", "demo.Tag", "demo.Comment"}

@@ -495,6 +495,31 @@ def test_published_clients_agree_with_the_database(run):
     run.settle("createIssue (signed in) confirmed", until=run.confirmed(mid))
     assert Comment.objects.get(id="c6").author_id == "ada"
 
+    # --- comments bump their issue's updatedAt, predicted and confirmed ----------------------
+    def predicted_updated_at(reply, issue_id):
+        page = reply["state"]["views"]["page"]["data"]
+        return next(row["updatedAt"] for row in page if row["id"] == issue_id)
+
+    args = {"id": "c8", "issueId": "i6", "body": "a comment", "createdAt": 31, "updatedAt": 32}
+    reply = judge.call("mutate", name="addComment", args=args)
+    assert predicted_updated_at(reply, "i6") == 32
+    run.settle("addComment confirmed", until=run.confirmed(reply["mid"]))
+    assert Issue.objects.get(id="i6").updated_at == 32
+    args = {"id": "c8", "issueId": "i6", "body": "a comment, edited", "updatedAt": 33}
+    reply = judge.call("mutate", name="editComment", args=args)
+    assert predicted_updated_at(reply, "i6") == 33
+    run.settle("editComment confirmed", until=run.confirmed(reply["mid"]))
+    assert Issue.objects.get(id="i6").updated_at == 33
+    assert Comment.objects.get(id="c8").body == "a comment, edited"
+    # cy's comment: the server's author gate makes the edit a no-op, which snaps back.
+    before = Issue.objects.get(id="i1").updated_at
+    args = {"id": "c3", "issueId": "i1", "body": "not mine", "updatedAt": 34}
+    reply = judge.call("mutate", name="editComment", args=args)
+    assert predicted_updated_at(reply, "i1") == 34
+    run.settle("editComment of cy's comment, a no-op", until=run.confirmed(reply["mid"]))
+    assert Issue.objects.get(id="i1").updated_at == before
+    assert Comment.objects.get(id="c3").body == "hi"
+
     # --- a rejected mutation: the prediction shows, then snaps back -------------------------
     title = Issue.objects.get(id="i2").title
     args = {"id": "i2", "title": "cheap spam", "updatedAt": 40}

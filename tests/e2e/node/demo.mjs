@@ -4,8 +4,9 @@
 //
 // A twin builds the same AST the server resolves, so the local engine materializes, from
 // the rows the server syncs, the view the server computes. Server-only rules (the spam
-// check, the same-name tag check, the owner gate on deleteIssue) are deliberately left out
-// of the predictions: a prediction the server refuses, or accepts as a no-op, must snap back.
+// check, the same-name tag check, the owner gate on deleteIssue, the author gate on
+// editComment) are deliberately left out of the predictions: a prediction the server
+// refuses, or accepts as a no-op, must snap back.
 
 import { createSchema, defineQuery, exists, ilike, number, queries, string, table } from "@rindle/remote";
 
@@ -157,6 +158,14 @@ export function mutators(actingUser) {
       if (!tx.row("issue", { id: a.issueId })) return;
       ensureUser(tx, actingUser);
       tx.insert("comment", { id: a.id, issueId: a.issueId, authorId: actingUser, body: a.body, createdAt: a.createdAt });
+      touch(tx, a.issueId, {}, a.updatedAt ?? a.createdAt);
+    },
+    // The server bumps the comment's own issue, so the prediction reads it from the row.
+    editComment(tx, a) {
+      const c = tx.row("comment", { id: a.id });
+      if (!c) return;
+      tx.update("comment", { id: a.id, body: a.body });
+      touch(tx, c.issueId, {}, a.updatedAt);
     },
   };
 }
