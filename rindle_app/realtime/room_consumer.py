@@ -20,9 +20,10 @@ Client frames:
   the room host in arrival order.
 
 Frames are rate limited like the main socket's (``WS_RATE``, ``WS_BURST``) and capped
-at ``WS_MAX_FRAME_BYTES``. Bad frames get an ``error`` (the socket stays open); an
-unknown doc, a room socket
-with rooms off (``ROOMS_ENABLED``) or a doc without a profile is refused at the
+at ``WS_MAX_FRAME_BYTES``; a socket with ``WS_MAX_QUEUED_MESSAGES`` undelivered
+batches is closed with 4503 (its client reconnects). Bad frames get an ``error``
+(the socket stays open); an unknown doc, a room socket with rooms off
+(``ROOMS_ENABLED``) or a doc without a profile is refused at the
 handshake.
 """
 
@@ -67,6 +68,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _profile = None
     _key = None
     _early_lmid = None  # a lmid stream opened before the socket joined its room
+    _shed = False
 
     async def connect(self):
         doc = (parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("doc") or [""])[
@@ -108,7 +110,16 @@ class RoomConsumer(AsyncWebsocketConsumer):
     # --- what the room calls (from any thread) ------------------------------------------
 
     def deliver(self, frames):
-        self._loop.call_soon_threadsafe(self._outbox.put_nowait, frames)
+        self._loop.call_soon_threadsafe(self._enqueue, frames)
+
+    def _enqueue(self, frames):
+        """On the loop: queue ``frames``; a socket that stopped reading is closed (4503)."""
+        if self._outbox.qsize() >= int(rindle_settings.WS_MAX_QUEUED_MESSAGES):
+            if not self._shed:
+                self._shed = True  # its client reconnects and hydrates again
+                asyncio.ensure_future(self.close(code=CLOSE_RETRY))
+            return
+        self._outbox.put_nowait(frames)
 
     def close_later(self, code):
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.close(code=code)))

@@ -233,3 +233,24 @@ async def test_a_room_past_the_footprint_cap_is_refused_at_its_boot(people, sett
     reply = await socket.recv()
     assert (reply["t"], reply["code"]) == ("queryError", "footprint_too_large"), reply
     await socket.close()
+
+
+async def test_a_room_socket_that_stops_reading_is_closed_not_buffered(settings):
+    """Past WS_MAX_QUEUED_MESSAGES undelivered batches the socket is closed (4503)."""
+    import asyncio
+
+    from rindle_app.realtime.room_consumer import RoomConsumer
+
+    settings.RINDLE = {**settings.RINDLE, "WS_MAX_QUEUED_MESSAGES": 3}
+    consumer = RoomConsumer()
+    consumer._outbox = asyncio.Queue()
+    closed = []
+
+    async def close(code=None):
+        closed.append(code)
+
+    consumer.close = close
+    for _ in range(10):  # what a room's broadcasts do while the client reads nothing
+        consumer._enqueue(["frame"])
+    await asyncio.sleep(0)
+    assert consumer._outbox.qsize() == 3 and closed == [4503]
