@@ -190,9 +190,15 @@ def _pg_trigger_sql(table):
     t = quote(table.name)
     args = ", ".join("'" + c + "'" for c in table.primary_key)
     events = {"add": "INSERT", "edit": "UPDATE", "remove": "DELETE"}
+    # A row of a table with a ``json`` column (no equality operator) cannot be compared
+    # as a record: ``OLD.* IS DISTINCT FROM NEW.*`` raises once the columns before it are
+    # equal. Such a table compares the rows' jsonb images (value equality) instead.
+    changed = "OLD.* IS DISTINCT FROM NEW.*"
+    if any(c.declared.lower() == "json" for c in table.columns):
+        changed = "to_jsonb(OLD) IS DISTINCT FROM to_jsonb(NEW)"
     out = {}
     for op, event in events.items():
-        when = " WHEN (OLD.* IS DISTINCT FROM NEW.*)" if op == "edit" else ""
+        when = f" WHEN ({changed})" if op == "edit" else ""
         out[op] = (
             f"CREATE TRIGGER {quote(names[op])} AFTER {event} ON {t} FOR EACH ROW{when} "
             f"EXECUTE FUNCTION _rindle_capture({args})"

@@ -157,6 +157,27 @@ def test_re_registering_after_a_column_change_keeps_capture_in_step(engine):
     assert [e["new"] for e in outbox_since(before)] == [{"id": "g1", "label": "L", "weight": 2.5}]
 
 
+def test_an_update_of_a_table_with_a_json_column_is_captured_when_it_changes(engine):
+    """
+    A ``json`` column has no equality operator on PostgreSQL: an update that changes
+    only it, or nothing, is compared by value, captured in the first case only.
+    """
+    engine.register_table("doc_meta", ["id", "label", "meta"], [0], ["string", "string", "json"])
+    try:
+        row = {"id": "d1", "label": "L", "meta": '{"a": 1}'}
+        engine.write(lambda tx: tx.insert("doc_meta", row))
+        before = outbox_high_water()
+        engine.write(lambda tx: tx.update("doc_meta", {"id": "d1"}, {"meta": '{"a": 2}'}))
+        engine.write(lambda tx: tx.update("doc_meta", {"id": "d1"}, {"label": "L"}))  # no change
+        events = [(e["op"], e["new"]["meta"]) for e in outbox_since(before)]
+        assert [(op, json.loads(m) if isinstance(m, str) else m) for op, m in events] == [
+            ("edit", {"a": 2})
+        ]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('DROP TABLE IF EXISTS "doc_meta"')
+
+
 def test_migrate_reinstalls_missing_capture_triggers():
     """Running migrate restores the capture triggers of synced tables."""
     names = trigger_names("tag")
