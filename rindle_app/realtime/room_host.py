@@ -23,10 +23,8 @@ The rules, each one stated once here:
   database held at the last flush (or the load) to the current one (an add and a
   remove of one key in one batch is no change; an edit's ``old`` is the whole base
   row, so any outside write to the row is a CAS miss, and a row touched but left as
-  it was is a CAS-only edit of its key, except on PostgreSQL for a table with a
-  ``json`` column, whose capture trigger refuses an update that changes nothing);
-  one ledger co-edit per client
-  the batch advanced; one outcome row per non-applied mid of the batch. The offset
+  it was is a CAS-only edit of its key); one ledger co-edit per client the batch
+  advanced; one outcome row per non-applied mid of the batch. The offset
   is ``epoch * 10**9 + n`` for the epoch's ``n``-th flush, as decimal text: unique
   across epochs and monotone, so the downgrade watermark only goes up and a newer
   host's offsets sort after every older one's. The batch hash is a SHA-256 of the
@@ -289,10 +287,6 @@ class RoomHost:
         self._mutators = dict(mutators)
         self._load = load
         self._tables = _Tables(engine)
-        # PostgreSQL's capture trigger compares OLD.* with NEW.*, which fails on a
-        # ``json`` column once every column before it is equal: an update that changes
-        # nothing is refused there, so a table with one gets no CAS-only edits.
-        self._pg = getattr(engine, "vendor", None) == "postgresql"
         self.epoch = None
         self.footprint = ()  # the tables ``load`` returned rows for
         self.closed = None  # the reason, once closed
@@ -527,8 +521,6 @@ class RoomHost:
                 # triggers skip an update that changes nothing), so an outside write
                 # to the row is still a miss the mutations that touched it must see.
                 meta = self._tables.get(table)
-                if self._pg and meta.json_columns:
-                    continue  # see _pg in __init__
                 key = {c: before[c] for c in meta.primary_key}
                 changes.append({"table": table, "op": "edit", "old": before, "row": key})
                 continue

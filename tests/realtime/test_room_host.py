@@ -246,6 +246,41 @@ def test_a_row_put_back_as_it_was_still_meets_an_outside_write(room):
     assert same_rows(h) and db_rows()[0]["n"] == 2
 
 
+def test_a_row_put_back_on_a_table_with_a_json_column_flushes_and_stays_checked(engine):
+    """
+    On PostgreSQL a json column has no equality operator: the CAS-only edit of a row
+    put back as it was must still commit, and still meet an outside write.
+    """
+    table = "room_host_json"
+    engine.register_table(table, ["id", "label", "meta"], [0], ["string", "string", "json"])
+
+    def relabel(tx, args):
+        tx.edit(table, args["id"], {"label": args["label"]})
+
+    def load(e):
+        with connection.cursor() as cursor:
+            cursor.execute(f'SELECT id, label, meta FROM "{table}"')
+            return {table: [{"id": i, "label": la, "meta": m} for i, la, m in cursor.fetchall()]}
+
+    try:
+        external(engine, f'INSERT INTO "{table}" (id, label, meta) VALUES (%s, %s, %s)',
+                 ["r1", "a", '{"k": 1}'])  # fmt: skip
+        h = RoomHost(engine, DOC, mutators={"relabel": relabel}, load=load)
+        h.boot()
+        h.mutate("c1", 1, "relabel", {"id": "r1", "label": "b"})
+        h.mutate("c1", 2, "relabel", {"id": "r1", "label": "a"})
+        assert h.flush().flushed  # a CAS-only edit of the row onto itself
+        h.mutate("c1", 3, "relabel", {"id": "r1", "label": "b"})
+        h.mutate("c1", 4, "relabel", {"id": "r1", "label": "a"})
+        external(engine, f'UPDATE "{table}" SET label = %s WHERE id = %s', ["z", "r1"])
+        result = h.flush()
+        assert result.flushed and result.rebases == 1
+        assert [r["label"] for r in h.rows(table)] == ["a"]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
 # --- fencing ------------------------------------------------------------------------------
 
 
