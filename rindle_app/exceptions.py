@@ -257,6 +257,10 @@ SQL_RESULT_TOO_LARGE = _code("RESULT_TOO_LARGE", 400, "The result exceeds its li
 SQL_TRANSACTION_BUSY = _code(
     "TRANSACTION_BUSY", 409, "Another operation of the transaction runs.", retryable=True, **_SQL
 )
+# The original daemon's control plane (api/daemon_views.py).
+DAEMON_SESSION_GONE = _http(
+    "session_gone", 410, "The mutation session is finished or expired: retry the envelope."
+)
 SQL_SANDBOX_MISSING = _code("SANDBOX_MISSING", 503, "The SQL sandbox is not usable.", **_SQL)
 
 
@@ -363,6 +367,12 @@ class MutationGap(RindleError):
             lmid=lmid,
         )
         self.lmid = lmid
+
+
+class SessionGone(RindleError):
+    """A daemon mutation session is finished or expired (410); nothing more of it applies."""
+
+    code = DAEMON_SESSION_GONE
 
 
 class ClientIdTaken(RindleError):

@@ -239,10 +239,16 @@ class RindleToken(models.Model):
             return False
         return self.expires_at is None or self.expires_at > now
 
+    # The original's database token is ONE token for the whole control plane: its
+    # routes include the room and change-source ones, and its leases are subscribed.
+    IMPLIED_SCOPES = {"daemon": ("read", "schema", "ingest", "rooms")}
+
     def has_scope(self, scope):
         """Whether the token grants ``scope``; ``"admin"`` grants every scope."""
         scopes = self.scopes if isinstance(self.scopes, list) else []
-        return scope in scopes or "admin" in scopes
+        if scope in scopes or "admin" in scopes:
+            return True
+        return any(scope in self.IMPLIED_SCOPES.get(s, ()) for s in scopes)
 
 
 # --- usage ledger -------------------------------------------------------------------

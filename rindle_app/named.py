@@ -41,6 +41,7 @@ from .exceptions import INTERNAL_ERROR, INVALID_ARGS, UNAUTHORIZED, UNKNOWN_QUER
 LMID_QUERY_NAME = "_rindle/clientLmid"
 LIFECYCLE_QUERY_NAME = "_rindle/lifecycle"  # a room doc's system streams (see ``rooms``)
 ROOM_QUERY_NAME = "_rindle/room"  # a room host's upstream footprint (see ``rooms``)
+AST_QUERY_NAME = "_rindle/ast"  # a raw AST from POST /materialize (see ``daemon``)
 
 logger = logging.getLogger("rindle.named")
 
@@ -157,6 +158,10 @@ def resolve(name, args, user=None, *, client_id=None, owner=None):
         if not client_id:
             raise QueryRefused(f"{LMID_QUERY_NAME} needs an init frame first", INVALID_ARGS)
         return lmid_ast(client_id, owner)
+    if name == AST_QUERY_NAME:
+        from .daemon import resolve_ast
+
+        return resolve_ast(args)  # only an AST a daemon-scope token admitted (see daemon)
     if name in (LIFECYCLE_QUERY_NAME, ROOM_QUERY_NAME):
         from . import rooms
 

@@ -32,6 +32,7 @@ SCOPES = (
     "migrate",
     "stream",
     "rooms",
+    "daemon",
     "admin",
 )
 # read: named queries and leases; mutate: client mutations; schema: GET /schema;
@@ -39,7 +40,9 @@ SCOPES = (
 # (writes limited to the token's ``tables``); migrate: the migrations journal;
 # stream: GET /v1/stream, the public change stream (every table's changes); rooms:
 # the room write authority (/claim-room-epoch, /room-lmids, and room flushes: a
-# /apply-row-change-txn carrying a doc); admin: every scope.
+# /apply-row-change-txn carrying a doc); daemon: the original daemon's control plane
+# (/materialize, /execute-sql-txn, ... see docs/daemon.md), which also opens read,
+# schema, ingest and rooms (``RindleToken.IMPLIED_SCOPES``); admin: every scope.
 PREFIX_BYTES = 6  # 12 hex characters: looked up, never secret
 SECRET_BYTES = 32  # 256 random bits
 # last_used_at is advisory: write it at most this often, not on every request.

@@ -7,6 +7,7 @@ HTTP routes of rindle. Include them at the site root::
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
+from .api import daemon_views as daemon
 from .api import ingest_views as ingest
 from .api import migrate_views, room_views, stream_views, views
 from .api import sql_views as sql
@@ -29,6 +30,24 @@ urlpatterns = [
     path("apply-row-change-txn", ingest.ApplyRowChangeTxnView.as_view(), name="rindle-apply-txn"),
     path("claim-room-epoch", ingest.ClaimRoomEpochView.as_view(), name="rindle-claim-room-epoch"),
     path("room-lmids", ingest.RoomLmidsView.as_view(), name="rindle-room-lmids"),
+    # The original daemon's control plane (@rindle/daemon-client; docs/daemon.md).
+    path("materialize", daemon.MaterializeView.as_view(), name="rindle-daemon-materialize"),
+    path("dematerialize", daemon.DematerializeView.as_view(), name="rindle-daemon-dematerialize"),
+    path("query", daemon.QueryOnceView.as_view(), name="rindle-daemon-query"),
+    path("execute-sql-read", daemon.SqlReadView.as_view(), name="rindle-daemon-sql-read"),
+    path("execute-sql-txn", daemon.SqlTxnView.as_view(), name="rindle-daemon-sql-txn"),
+    path("reject-mutation", daemon.RejectMutationView.as_view(), name="rindle-daemon-reject"),
+    path("migrate", daemon.DaemonMigrateView.as_view(), name="rindle-daemon-migrate"),
+    path("stats", daemon.StatsView.as_view(), name="rindle-daemon-stats"),
+    path("version", daemon.VersionView.as_view(), name="rindle-daemon-version"),
+    *_under(
+        "mutate-session/",
+        ("begin", daemon.SessionBeginView, "rindle-daemon-session-begin"),
+        ("exec", daemon.SessionExecView, "rindle-daemon-session-exec"),
+        ("query", daemon.SessionQueryView, "rindle-daemon-session-query"),
+        ("commit", daemon.SessionCommitView, "rindle-daemon-session-commit"),
+        ("rollback", daemon.SessionRollbackView, "rindle-daemon-session-rollback"),
+    ),
     path("api/rindle/room-boot", room_views.RoomBootView.as_view(), name="rindle-room-boot"),
     *_under(
         "v1/sources/<str:source>/",

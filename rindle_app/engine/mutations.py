@@ -359,3 +359,17 @@ def check_owner(using, client_id, owner):
         raise Unavailable(f"the database is unavailable: {exc}") from exc
     if row is not None and row[0] is not None and row[0] != owner:
         raise ClientIdTaken(client_id)
+
+
+def reject(engine, client_id, mid, reason=None, *, owner=None):
+    """
+    Record a business rejection decided outside the engine (the original's
+    ``/reject-mutation``: its api-server ran the mutator and refused it): an
+    lmid-only commit under the lmid rule, absorbed at or below the lmid, a gap
+    above lmid + 1. Returns a ``MutationResult``.
+    """
+    validate_envelope(client_id, mid, "reject", None)
+    plan = _Plan(code=MUTATOR_ERROR, reason=reason or "rejected")
+    commit = engine.write(lambda tx: _apply(tx, client_id, mid, plan, None, owner))
+    status, lmid, code, reason = commit.value
+    return MutationResult(status, lmid, commit.cv, code, reason)

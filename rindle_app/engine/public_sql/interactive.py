@@ -42,6 +42,10 @@ class Transaction:
     last_op: tuple = None  # (operation_id, identity, Answer or SqlError)
     seen_ops: set = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # (before(tx), after(tx)) run in the commit's writer transaction around the
+    # statements: a client-attributed session's lmid (``attributed.session_ledger``).
+    # ``before`` returning a body ends the commit with it, applying nothing.
+    hooks: tuple = None
 
     @property
     def writes(self):
@@ -65,7 +69,7 @@ class Transactions:
 
     # --- registry --------------------------------------------------------------------
 
-    def begin(self, principal, read_only=False):
+    def begin(self, principal, read_only=False, hooks=None):
         if not isinstance(read_only, bool):
             raise protocol_error("read_only must be a boolean")
         with self._lock:
@@ -80,6 +84,7 @@ class Transactions:
                     retry_scope="request",
                 )
             txn = Transaction("tx_" + secrets.token_hex(16), principal.key, read_only)
+            txn.hooks = hooks
             self._open[txn.id] = txn
         return {
             "transaction_id": txn.id,
@@ -317,7 +322,8 @@ class Transactions:
 
     def _commit(self, principal, txn, key, operation_id):
         entries = list(txn.entries)
-        if not txn.writes:
+        hooks = txn.hooks
+        if not txn.writes and hooks is None:
             # Nothing to apply: the reads must still hold together, in one snapshot.
             try:
                 with Reader(self.engine.using, principal) as reader:
@@ -341,6 +347,11 @@ class Transactions:
             found = outcomes.read_in(tx, key, now)
             if found is not None:
                 return found, True
+            if hooks is not None:
+                early = hooks[0](tx)
+                if early is not None:
+                    body = {"committed": False, "absorbed": early, "results": []}
+                    return {"owner": principal.key, "status": 200, "body": body}, False
             run = _Run(tx, principal)
             results = []
             for e in entries:
@@ -351,6 +362,8 @@ class Transactions:
                 if fingerprint(result) != e.fingerprint:
                     raise _conflict(e.statement.index)
                 results.append(shown(result, e.statement))
+            if hooks is not None:
+                hooks[1](tx)
             cv = run.cv()
             body = {
                 "committed": True,
