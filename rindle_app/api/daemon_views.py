@@ -234,6 +234,11 @@ class DaemonView(StrictBodyView):
 
     required_scope = "daemon"
 
+    def validated(self, serializer_class):
+        if self.request.stream is None:  # no body at all: not even the empty object
+            raise InvalidInput("the body must be a JSON object", code=INVALID_REQUEST)
+        return super().validated(serializer_class)
+
     def principal(self):
         return DaemonPrincipal(self.request.user, self.request.auth)
 

@@ -57,6 +57,24 @@ OPERATIONS = [
     Op("POST", "/api/rindle/mutate"),
     Op("POST", "/api/rindle/query"),
     Op("POST", "/api/rindle/read"),
+    # The original daemon's control plane (api/daemon_views.py).
+    *(
+        Op("POST", path)
+        for path in (
+            "/materialize",
+            "/dematerialize",
+            "/query",
+            "/execute-sql-read",
+            "/execute-sql-txn",
+            "/reject-mutation",
+            "/migrate",
+            "/mutate-session/begin",
+            "/mutate-session/exec",
+            "/mutate-session/query",
+            "/mutate-session/commit",
+            "/mutate-session/rollback",
+        )
+    ),
 ]
 
 
