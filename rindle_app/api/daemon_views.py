@@ -30,6 +30,7 @@ from ..engine.public_sql.attributed import (
     read_only,
     run_txn,
     session_ledger,
+    stored_key,
     stored_lmid,
 )
 from ..engine.writer import is_infrastructure_error
@@ -547,7 +548,12 @@ class SessionBeginView(SessionView):
         data = self.validated(SessionBeginRequest)
         engine = get_engine()
         client_id, mid = data.get("clientID"), data.get("mid")
-        hooks = None
+        key = data.get("idempotencyKey")
+        principal = self.principal()
+        if key is not None:
+            replay = stored_key(engine, principal, key)
+            if replay is not None:
+                return Response({"absorbed": True, **replay})
         if client_id is not None:
             validate_envelope(client_id, mid, "session", None)
             lmid = stored_lmid(engine, client_id, None)
@@ -555,10 +561,10 @@ class SessionBeginView(SessionView):
                 return Response({"absorbed": True, **client_receipt(client_id, lmid, None, False)})
             if mid > lmid + 1:
                 raise MutationGap(client_id, mid, lmid)
-            hooks = session_ledger(client_id, mid, None)
+        hooks = session_ledger(principal, client_id, mid, None, key)
         prefix = statements_of(data.get("statements") or [], engine.vendor)
         query = data.get("query")
-        registry, principal = self.registry(), self.principal()
+        registry = self.registry()
         began = registry.begin(principal, hooks=hooks)
         session = began["transaction_id"]
         body = {"sessionId": session}

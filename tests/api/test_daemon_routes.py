@@ -375,3 +375,16 @@ def test_bad_input_is_a_4xx_with_a_code_and_changes_nothing(daemon, path, body):
 def test_malformed_json_is_a_400(daemon):
     response = post(daemon, "/execute-sql-txn", "{not json")
     assert response.status_code == 400
+
+
+def test_a_sessions_idempotency_key_is_absorbed_once_committed(daemon):
+    """A foreign write through a session: its key, once committed, absorbs the retry."""
+    session = post(daemon, "/mutate-session/begin", {"idempotencyKey": "k9"}).json()["sessionId"]
+    statement = {"sql": INSERT_USER, "params": ["u1", "One"]}
+    post(daemon, "/mutate-session/exec", {"sessionId": session, "statements": [statement]})
+    commit = post(daemon, "/mutate-session/commit", {"sessionId": session}).json()
+    assert commit["applied"] is True and "lmid" not in commit
+    again = post(daemon, "/mutate-session/begin", {"idempotencyKey": "k9"}).json()
+    assert again["absorbed"] is True and again["applied"] is False
+    assert again["cv"] == commit["cv"] and "sessionId" not in again
+    assert users() == [("u1", "One")]

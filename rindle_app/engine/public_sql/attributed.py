@@ -19,6 +19,7 @@ with the stored commit version (another request under the same key is 409
 
 from ...exceptions import SQL_READ_ONLY
 from .. import outcomes
+from ..capture import OUTBOX
 from ..errors import MutationGap
 from ..mutations import _read_lmid, _store_lmid, check_owner, client_lmid
 from .guards import Principal, protected
@@ -127,14 +128,26 @@ def _replayed(record, ident):
     return {**record["body"], "applied": False}
 
 
-def session_ledger(client_id, mid, owner):
+def session_ledger(principal, client_id=None, mid=None, owner=None, key=None):
     """
-    The commit hook of a client-attributed mutation session: in the commit's writer
-    transaction, the lmid read (absorbed, or a gap) before the statements run and
-    its upsert after them; ``(before, after, (client_id, mid))``.
+    The commit hooks of a mutation session, in the commit's writer transaction:
+    before the statements run, the lmid read (absorbed, or a gap) and the
+    idempotency key's stored answer (absorbed); after them, the lmid upsert and the
+    key's answer. ``(before, after, (client_id, mid))``; None when there is neither.
     """
+    if client_id is None and key is None:
+        return None
+    if key is not None:
+        key = f"daemon:{principal.key}:{key}"
 
     def before(tx):
+        if key is not None:
+            outcomes.lock(tx, key)
+            found = outcomes.read_in(tx, key, outcomes.now_ms())
+            if found is not None:
+                return {**found["body"], "applied": False}
+        if client_id is None:
+            return None
         stored = _read_lmid(tx, client_id, owner)
         if mid <= stored:
             return client_receipt(client_id, stored, None, False)
@@ -143,6 +156,18 @@ def session_ledger(client_id, mid, owner):
         return None
 
     def after(tx):
-        _store_lmid(tx, client_id, mid, owner)
+        if client_id is not None:
+            _store_lmid(tx, client_id, mid, owner)
+        if key is not None:
+            cv = tx.scalar(f"SELECT COALESCE(MAX(seq), 0) FROM {OUTBOX}")
+            body = client_receipt(client_id, mid, cv, True)
+            outcomes.store(tx, key, {"identity": "session", "body": body}, outcomes.now_ms())
 
     return before, after, (client_id, mid)
+
+
+def stored_key(engine, principal, key):
+    """The stored answer of a session's idempotency key, as a replay; else None."""
+    _check_key(key, "idempotencyKey")
+    found = _stored(engine, f"daemon:{principal.key}:{key}")
+    return None if found is None else {**found["body"], "applied": False}
