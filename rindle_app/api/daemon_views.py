@@ -358,11 +358,14 @@ class StatsView(DaemonView):
     @extend_schema(
         operation_id="rindle_daemon_stats",
         summary="Live counts of this process",
-        request=None,
+        request=serializers.Serializer,
         responses={200: StatsResponse, **_errors(401, 403)},
     )
     def post(self, request):
         from ..runtime import get_runtime
+
+        if request.stream is not None:  # no body, or an empty object
+            StrictBodyView.validated(self, serializers.Serializer)
 
         # Peek at the hub without starting one: a process serving no socket has none.
         hub = getattr(get_runtime(None), "_hub", None)
