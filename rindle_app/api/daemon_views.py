@@ -60,7 +60,7 @@ class MaterializeRequest(serializers.Serializer):
     ast = serializers.JSONField(help_text="A query AST, validated against the schema.")
     mode = serializers.ChoiceField(["flat", "normalized"], required=False)
     policy = serializers.DictField(required=False, help_text="{kind: pinned|whileSubscribed}")
-    subject = StrictCharField(required=False, max_length=255)
+    subject = StrictCharField(required=False, max_length=255, trim_whitespace=False)
     leaseTtlMs = StrictIntegerField(required=False, min_value=1)
     maxSubscribers = StrictIntegerField(required=False, min_value=1)
     metadata = serializers.DictField(required=False)
@@ -83,9 +83,9 @@ class MaterializeResponse(serializers.Serializer):
 
 
 class DematerializeRequest(serializers.Serializer):
-    materializationId = StrictCharField(required=False, max_length=300)
-    queryKey = StrictCharField(required=False, max_length=300)
-    name = StrictCharField(required=False, max_length=255)
+    materializationId = StrictCharField(required=False, max_length=300, trim_whitespace=False)
+    queryKey = StrictCharField(required=False, max_length=300, trim_whitespace=False)
+    name = StrictCharField(required=False, max_length=255, trim_whitespace=False)
 
 
 class RemovedResponse(serializers.Serializer):
@@ -94,7 +94,7 @@ class RemovedResponse(serializers.Serializer):
 
 class QueryOnceRequest(serializers.Serializer):
     ast = serializers.JSONField()
-    visibilityKey = StrictCharField(required=False, max_length=255)
+    visibilityKey = StrictCharField(required=False, max_length=255, trim_whitespace=False)
     ttlMs = StrictIntegerField(required=False, min_value=0)
 
 
@@ -109,7 +109,7 @@ class SqlReadRequest(serializers.Serializer):
     sql = StrictCharField(trim_whitespace=False)
     params = serializers.ListField(child=serializers.JSONField(), required=False)
     consistency = serializers.ChoiceField(["eventual", "strong"], required=False)
-    routingKey = StrictCharField(required=False, max_length=255)
+    routingKey = StrictCharField(required=False, max_length=255, trim_whitespace=False)
 
 
 class SqlReadResponse(serializers.Serializer):
@@ -174,18 +174,18 @@ class SessionBeginResponse(serializers.Serializer):
 
 
 class SessionExecRequest(serializers.Serializer):
-    sessionId = StrictCharField(max_length=64)
+    sessionId = StrictCharField(max_length=64, trim_whitespace=False)
     statements = StatementSerializer(many=True)
 
 
 class SessionQueryRequest(serializers.Serializer):
-    sessionId = StrictCharField(max_length=64)
+    sessionId = StrictCharField(max_length=64, trim_whitespace=False)
     sql = StrictCharField(trim_whitespace=False)
     params = serializers.ListField(child=serializers.JSONField(), required=False)
 
 
 class SessionRefRequest(serializers.Serializer):
-    sessionId = StrictCharField(max_length=64)
+    sessionId = StrictCharField(max_length=64, trim_whitespace=False)
 
 
 class MigrateOutput(serializers.Serializer):
