@@ -40,6 +40,7 @@ from ..stream.reader import read_query
 from .ingest_views import StrictBodyView
 from .migrate_views import MigrationSerializer, _parse
 from .serializers import ErrorResponse, StrictCharField, StrictIntegerField
+from .sql_views import CONSISTENCY
 
 MAX_MID = 2**53 - 1  # the original's mids are JS numbers
 
@@ -108,7 +109,9 @@ class QueryOnceResponse(serializers.Serializer):
 class SqlReadRequest(serializers.Serializer):
     sql = StrictCharField(trim_whitespace=False)
     params = serializers.ListField(child=serializers.JSONField(), required=False)
-    consistency = serializers.ChoiceField(["eventual", "strong"], required=False)
+    # Accepted and ignored (one database is always consistent); the public SQL routes'
+    # choices, so the OpenAPI document has one ``consistency`` enum.
+    consistency = serializers.ChoiceField(CONSISTENCY, required=False)
     routingKey = StrictCharField(required=False, max_length=255, trim_whitespace=False)
 
 
@@ -352,20 +355,24 @@ class SqlReadView(DaemonView):
         return Response(_read_rows(columns, rows))
 
 
+class StatsRequest(serializers.Serializer):
+    """``/stats`` takes no fields (an empty object, or no body)."""
+
+
 class StatsView(DaemonView):
     """``POST /stats``: this process's live subscriptions, sockets and leases."""
 
     @extend_schema(
         operation_id="rindle_daemon_stats",
         summary="Live counts of this process",
-        request=serializers.Serializer,
+        request=StatsRequest,
         responses={200: StatsResponse, **_errors(401, 403)},
     )
     def post(self, request):
         from ..runtime import get_runtime
 
         if request.stream is not None:  # no body, or an empty object
-            StrictBodyView.validated(self, serializers.Serializer)
+            StrictBodyView.validated(self, StatsRequest)
 
         # Peek at the hub without starting one: a process serving no socket has none.
         hub = getattr(get_runtime(None), "_hub", None)
