@@ -1129,7 +1129,15 @@ export class Connection {
   _maybeLease(live) {
     const rt = this._realtime;
     if (!rt || !rt.fetch || live._rt || this._closed || !rt.queries.has(live.name)) return;
-    live._rt = { timer: null, doorbell: null, sessions: [], doc: null, room: null, sub: null };
+    live._rt = {
+      timer: null,
+      doorbell: null,
+      sessions: [],
+      doc: null,
+      room: null,
+      sub: null,
+      unservable: false,
+    };
     this._lease(live);
   }
 
@@ -1166,7 +1174,7 @@ export class Connection {
     if (lifecycle.doorbell) this._ringDoorbell(live, lifecycle.doorbell);
     const block = body.realtime || null;
     if (block && rt.room && rt.room.doc !== block.doc) this._leaveRoom(live);
-    if (block) this._joinRoom(live, block);
+    if (block && !rt.unservable) this._joinRoom(live, block);
     else if (rt.room) this._leaveRoom(live);
     this._emitRealtime(live);
     let ms = LEASE_RENEW_MAX_MS;
@@ -1317,7 +1325,7 @@ export class Connection {
       room.buffer = room.buffer.filter((f) => f.sub !== sub);
       this._roomSend(room, { t: "unsubscribe", queryId: sub.id });
     }
-    if (sub && live._shown === sub && !live.closed) {
+    if (sub && live._shown === sub && !live.closed && !this._closed) {
       if (live._next) this._dropSub(live._next);
       live._next = this._addSub(live.name, live.args, live);
     }
@@ -1394,6 +1402,7 @@ export class Connection {
     if (!schema || schema.relationships.length || tables.length !== 1) {
       // Joining normalized rows needs the query's correlations: stay on the main socket.
       console.warn(`rindle: ${live.name} has relationships; it is not served from the room`);
+      live._rt.unservable = true; // renewals keep the doorbell, and join no room
       this._leaveRoom(live);
       return;
     }

@@ -235,3 +235,39 @@ test("a renewal without realtime closes the room and serves the query from the m
   assert.equal(conn._rooms.size, 0);
   assert.ok(main.take().find((f) => f.t === "subscribe" && f.name === "issueLive"));
 });
+
+test("a query with relationships stays on the main socket, and its renewals join no room", async () => {
+  answers.push(lease());
+  const conn = connect({
+    url: "ws://test/ws/rindle/",
+    clientID: "c1",
+    WebSocket: FakeSocket,
+    timers: clock,
+    storage,
+    realtime: { queries: ["issueDetail"], mutators: ["editTitle"], fetch: fakeFetch },
+  });
+  const withTags = { ...HEAD, relationships: [{ name: "tags", slot: 0, child: { ...HEAD, singular: false }, project: null }] };
+  const live = conn.subscribe("issueDetail", "i1", null);
+  const main = FakeSocket.last;
+  main.open();
+  const lq = main.queryId(LMID_QUERY);
+  main.receive(hello(lq, 1, LMID_SCHEMA), batch(lq, 1, 0, LMID_SCHEMA, [], 1), progress(1));
+  const q = main.queryId("issueDetail");
+  main.receive(hello(q, 1, withTags), batch(q, 1, 0, withTags, [add(["i1", "Main title"])], 2), progress(2));
+  await tick();
+  await tick();
+  const room = FakeSocket.last;
+  room.open();
+  const rq = room.take()[2].queryId;
+  room.receive(nhello(rq, [ISSUE_TABLE, { name: "tag", columns: ["id", "name"], primaryKey: [0] }]));
+  assert.equal(room.readyState, 3, "the room socket is closed again");
+  assert.equal(live.row.title, "Main title");
+  const sockets = FakeSocket.all.length;
+  answers.push(lease());
+  clock.advance(60_000);
+  await tick();
+  await tick();
+  assert.equal(FakeSocket.all.length, sockets, "no room socket on renewal");
+  conn.mutate("editTitle", { title: "x" });
+  assert.ok(main.take().find((f) => f.t === "pushMutation"), "room mutators go the main path");
+});
