@@ -1162,6 +1162,11 @@ export class Connection {
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
         body: JSON.stringify({ name: live.name, args, clientId: this.clientID }),
       });
+      if (res.status >= 400 && res.status < 500 && res.status !== 429) {
+        // Refused for good (not allowed, no such query): the main socket serves it.
+        console.warn(`rindle: the lease of ${live.name} was refused (HTTP ${res.status})`);
+        return;
+      }
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       body = await res.json();
     } catch (err) {

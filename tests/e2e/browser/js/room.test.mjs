@@ -46,7 +46,8 @@ const tick = () => new Promise((resolve) => setImmediate(resolve));
 function fakeFetch(url, init) {
   leases.push({ url, body: JSON.parse(init.body), headers: init.headers });
   const body = answers.shift();
-  return Promise.resolve({ ok: true, json: () => Promise.resolve(body) });
+  const status = typeof body === "number" ? body : 200;
+  return Promise.resolve({ ok: status === 200, status, json: () => Promise.resolve(body) });
 }
 
 function lease({ room = true } = {}) {
@@ -270,4 +271,22 @@ test("a query with relationships stays on the main socket, and its renewals join
   assert.equal(FakeSocket.all.length, sockets, "no room socket on renewal");
   conn.mutate("editTitle", { title: "x" });
   assert.ok(main.take().find((f) => f.t === "pushMutation"), "room mutators go the main path");
+});
+
+test("a refused lease leaves the query on the main socket and is not asked again", async () => {
+  const { conn, live } = await leased(403);
+  assert.equal(leases.length, 1);
+  assert.equal(live.row.title, "Main title");
+  assert.equal(conn._rooms.size, 0);
+  assert.equal(clock.timers.length, 0, "no retry is scheduled");
+});
+
+test("a lease that fails on the way is asked for again", async () => {
+  await leased(503);
+  assert.ok(clock.delays().includes(2000));
+  answers.push(lease());
+  clock.advance(2000);
+  await tick();
+  await tick();
+  assert.equal(FakeSocket.last.url, ENDPOINT);
 });
