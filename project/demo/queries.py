@@ -136,6 +136,22 @@ def issue_detail(issue_id, ctx):
     return query.related("comments", ISSUE_CHILDREN, comments).one()
 
 
+@named_query(
+    "issueLive",
+    args=serializers.CharField(max_length=128, trim_whitespace=False),
+    realtime="issue",
+)
+def issue_live(issue_id, ctx):
+    """
+    The issue's own fields, without relationships: what the issue page serves from the
+    room once two people are on it (``rindle.js`` joins no rows from a room). The rest
+    of the page stays on ``issueDetail`` over the main socket, since comments and tags
+    are written on the main path, which a room's rows do not follow.
+    """
+    query = table("issue").where("id", "=", issue_id)
+    return query.select("id", "title", "status", "priority", "updatedAt").one()
+
+
 @named_query("recentComments", args=RecentCommentsArgs)
 def recent_comments(args, ctx):
     issue = table("issue").select("id", "title", "status")

@@ -26,6 +26,7 @@ function toast(message, kind = "info") {
 }
 
 const conn = connect({
+  ...PAGE_OPTIONS,
   onStatus(status) {
     const el = document.getElementById("conn-status");
     el.dataset.status = status;

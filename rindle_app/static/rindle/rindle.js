@@ -16,7 +16,9 @@
  * connect(options) -> Connection. Options (all optional):
  *   url         websocket URL, absolute or a path ("/ws/rindle/", the default)
  *   clientID    this connection's client id; by default one per tab (see tabClientID)
+ *   clientIDPrefix   put before the per-tab id (say a display name, for presence); max 32
  *   onStatus, onPending, onRejected, onError   shorthands for conn.on(...)
+ *   realtime    {queries: [names], mutators: [names]}: rooms (see "Rooms" below); off by default
  *   WebSocket, storage {local, session}, timers {setTimeout, clearTimeout}: for tests
  *
  * Connection:
@@ -33,7 +35,8 @@
  *   lmid          the last released lmid of this client (null until known)
  *   stats         counters of protocol events (gaps, duplicates, lateFrames, fpMismatches...)
  *   on(event, fn) -> unsubscribe   events: "status" (status), "pending" (count),
- *                 "rejected" ({mid, name, args, reason}), "error" ({message, code, ...})
+ *                 "rejected" ({mid, name, args, reason}), "error" ({message, code, ...}),
+ *                 "realtime" ({name, args, doc, sessions: [clientID], room: bool})
  *   close()
  *
  * Live:
@@ -58,6 +61,23 @@
  * belongs to the principal (user, token or session) that first wrote under it: when the
  * server refuses the tab's id (`client_id_taken`, say after signing in or out), the tab
  * takes a fresh id on a fresh socket (see renewTabClientID).
+ *
+ * Rooms (opt-in: `realtime.queries`). A Live of a listed query, once its first snapshot is
+ * shown, also leases it (`POST /api/rindle/query` with the client id; renewed before it
+ * expires). The lease's `lifecycle.doorbell` is subscribed on the main socket: its rows
+ * are the doc's sessions ("realtime" event), and a new one re-leases at once, which is how
+ * the second person's arrival upgrades the first. A lease carrying `realtime` opens the
+ * room socket (`realtime.wsEndpoint`): `init`, the ROOM lmid stream (queryId 0) and the
+ * room token; its first snapshot replaces the main-socket subscription, which is dropped.
+ * Mutations named in `realtime.mutators` then go to the room with their own mid sequence
+ * (the room domain), confirmed by the room lmid (durable once the room flushed them). A
+ * `mutationOutcome` of `rejected` settles one like a refusal, `deopt` sends it again on the
+ * main path. When the room socket closes, or a renewal comes back without `realtime`, the
+ * Live subscribes on the main socket again (the room's rows stay until its snapshot lands)
+ * and unconfirmed room mutations are sent on the main path. Limits: only a query without
+ * relationships is served from a room (its rows are the room's normalized rows; joining
+ * them would need the query's correlations, which the flat hello does not carry); room
+ * mutators go to a room only while exactly one room is open.
  */
 
 export const COMPARATOR_VERSION = 2;
@@ -72,6 +92,10 @@ const RECOVERY_MS = 1000;
 const QUERY_RETRY_MAX_MS = 30000;
 const MAX_ARGS_BYTES = 65536;
 const MAX_BUFFERED_FRAMES = 10000;
+const LEASE_URL = "/api/rindle/query";
+const LEASE_RENEW_MAX_MS = 60000;
+const LEASE_RETRY_MS = 2000;
+const DOORBELL_SETTLE_MS = 50;
 const OPEN = 1; // WebSocket.OPEN
 const EMPTY = Object.freeze([]);
 
@@ -480,10 +504,25 @@ export class Connection {
     this._session = storage.session;
     // An id the app chose is the app's to replace; a tab's own id is renewed when refused.
     this._storage = options.clientID ? null : storage;
-    this.clientID = options.clientID || tabClientID(storage);
+    this._idPrefix = String(options.clientIDPrefix || "").slice(0, 32);
+    this.clientID = options.clientID || this._idPrefix + tabClientID(storage);
     this._midKey = `rindle:mid:${this.clientID}`;
     this._memoryMid = 0;
-    this._listeners = { status: new Set(), pending: new Set(), rejected: new Set(), error: new Set() };
+    this._listeners = {
+      status: new Set(),
+      pending: new Set(),
+      rejected: new Set(),
+      error: new Set(),
+      realtime: new Set(),
+    };
+    const realtime = options.realtime || null;
+    this._realtime = realtime && {
+      queries: new Set(realtime.queries || []),
+      mutators: new Set(realtime.mutators || []),
+      leaseUrl: realtime.leaseUrl || LEASE_URL,
+      fetch: realtime.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis)),
+    };
+    this._rooms = new Map(); // doc -> room (see _openRoom)
     if (options.onStatus) this.on("status", options.onStatus);
     if (options.onPending) this.on("pending", options.onPending);
     if (options.onRejected) this.on("rejected", options.onRejected);
@@ -524,7 +563,9 @@ export class Connection {
   }
 
   get pending() {
-    return this._pending.length;
+    let n = this._pending.length;
+    for (const room of this._rooms.values()) n += room.pending.length;
+    return n;
   }
 
   on(event, fn) {
@@ -558,9 +599,11 @@ export class Connection {
       throw new RangeError(`rindle: mutation arguments exceed ${MAX_ARGS_BYTES} bytes`);
     }
     if (this._closed) throw new Error("rindle: the connection is closed");
+    const room = this._mutationRoom(name);
+    if (room) return this._mutateInRoom(room, name, value);
     return new Promise((resolve) => {
       this._pending.push({ mid: null, name, args: value, resolve, rejected: null });
-      this._emit("pending", this._pending.length);
+      this._emit("pending", this.pending);
       this._flushPending();
     });
   }
@@ -572,6 +615,7 @@ export class Connection {
     this._timers.clearTimeout(this._resendTimer);
     this._timers.clearTimeout(this._recoveryTimer);
     for (const sub of this._subs.values()) this._timers.clearTimeout(sub.retryTimer);
+    for (const room of [...this._rooms.values()]) this._closeRoom(room);
     const ws = this._ws;
     this._ws = null;
     if (ws) {
@@ -671,7 +715,7 @@ export class Connection {
 
   // --- subscriptions ----------------------------------------------------------------------
 
-  _addSub(name, args, live, system = false) {
+  _addSub(name, args, live, system = false, lease = null) {
     const sub = {
       id: this._nextQueryId++,
       name,
@@ -688,6 +732,8 @@ export class Connection {
       error: null,
       retryTimer: null,
       retryAttempt: 0,
+      lease, // a lease token to subscribe with instead of name and args
+      onRows: null, // fn(sub) after each applied step (the doorbell)
     };
     this._subs.set(sub.id, sub);
     this._sendSubscribe(sub);
@@ -696,7 +742,8 @@ export class Connection {
 
   _sendSubscribe(sub) {
     sub.awaitingHello = true;
-    this._send({ t: "subscribe", queryId: sub.id, name: sub.name, args: sub.args });
+    if (sub.lease !== null) this._send({ t: "subscribe", queryId: sub.id, leaseToken: sub.lease });
+    else this._send({ t: "subscribe", queryId: sub.id, name: sub.name, args: sub.args });
   }
 
   _dropSub(sub) {
@@ -860,7 +907,10 @@ export class Connection {
       }
     }
     if (touched.has(this._lmidSub)) this._confirm(this._readLmid());
-    for (const sub of touched) if (sub.live) sub.live._changed(sub);
+    for (const sub of touched) {
+      if (sub.live) sub.live._changed(sub);
+      else if (sub.onRows) sub.onRows(sub);
+    }
   }
 
   _onQueryError(msg) {
@@ -906,7 +956,7 @@ export class Connection {
    */
   _renewClientID(msg) {
     this.stats.clientIdRenewals += 1;
-    this.clientID = renewTabClientID(this._storage, this.clientID);
+    this.clientID = this._idPrefix + renewTabClientID(this._storage, this.clientID);
     this._midKey = `rindle:mid:${this.clientID}`;
     this._memoryMid = 0;
     this.lmid = null;
@@ -917,7 +967,7 @@ export class Connection {
       this._emit("rejected", { mid: e.mid, name: e.name, args: e.args, reason });
       e.resolve({ mid: e.mid, rejected: true, reason });
     }
-    if (sent.length) this._emit("pending", this._pending.length);
+    if (sent.length) this._emit("pending", this.pending);
     this._lmidSub.tree = null;
     const ws = this._ws;
     this._ws = null;
@@ -1000,7 +1050,7 @@ export class Connection {
         if (e.rejected !== null) result.reason = e.rejected;
         e.resolve(result);
       }
-      this._emit("pending", this._pending.length);
+      this._emit("pending", this.pending);
     }
     if (first) this._flushPending();
   }
@@ -1057,7 +1107,7 @@ export class Connection {
     const reason = msg.message || msg.code || "refused";
     this._emit("rejected", { mid: msg.mid, name: entry.name, args: entry.args, reason });
     entry.resolve({ mid: msg.mid, rejected: true, reason });
-    this._emit("pending", this._pending.length);
+    this._emit("pending", this.pending);
     if (behind.length) this._scheduleResend();
     return false;
   }
@@ -1072,6 +1122,527 @@ export class Connection {
       for (const entry of this._pending) if (entry.mid !== null) this._sendEnvelope(entry);
     }, delay);
   }
+
+  // --- rooms: leases and the doorbell -----------------------------------------------------
+
+  /** A Live's first snapshot is shown: lease it if it may be room-served. */
+  _maybeLease(live) {
+    const rt = this._realtime;
+    if (!rt || !rt.fetch || live._rt || this._closed || !rt.queries.has(live.name)) return;
+    live._rt = {
+      timer: null,
+      doorbell: null,
+      sessions: [],
+      doc: null,
+      room: null,
+      sub: null,
+      unservable: false,
+    };
+    this._lease(live);
+  }
+
+  _scheduleLease(live, ms) {
+    const rt = live._rt;
+    if (!rt || live.closed || this._closed) return;
+    this._timers.clearTimeout(rt.timer);
+    rt.timer = this._timers.setTimeout(() => {
+      rt.timer = null;
+      this._lease(live);
+    }, ms);
+  }
+
+  async _lease(live) {
+    const rt = live._rt;
+    const args = live.args;
+    let body;
+    try {
+      const res = await this._realtime.fetch(this._realtime.leaseUrl, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+        body: JSON.stringify({ name: live.name, args, clientId: this.clientID }),
+      });
+      if (res.status >= 400 && res.status < 500 && res.status !== 429) {
+        // Refused for good (not allowed, no such query): the main socket serves it.
+        console.warn(`rindle: the lease of ${live.name} was refused (HTTP ${res.status})`);
+        return;
+      }
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      body = await res.json();
+    } catch (err) {
+      console.warn(`rindle: leasing ${live.name} failed (${err.message}); trying again`);
+      this._scheduleLease(live, LEASE_RETRY_MS);
+      return;
+    }
+    if (live.closed || this._closed || live._rt !== rt || live.args !== args) return;
+    const lifecycle = body.lifecycle || {};
+    if (lifecycle.doorbell) this._ringDoorbell(live, lifecycle.doorbell);
+    const block = body.realtime || null;
+    if (block && rt.room && rt.room.doc !== block.doc) this._leaveRoom(live);
+    if (block && !rt.unservable) this._joinRoom(live, block);
+    else if (rt.room) this._leaveRoom(live);
+    this._emitRealtime(live);
+    let ms = LEASE_RENEW_MAX_MS;
+    for (const exp of [body.expiresAt, block && block.exp]) {
+      if (typeof exp === "number") ms = Math.min(ms, (exp - Date.now()) / 2);
+    }
+    this._scheduleLease(live, Math.max(ms, 1000));
+  }
+
+  /** Subscribe (or re-point) the lease's doorbell: the doc's sessions, on the main socket. */
+  _ringDoorbell(live, bell) {
+    const rt = live._rt;
+    rt.doc = bell.scope || rt.doc;
+    if (rt.doorbell && this._subs.get(rt.doorbell.id) === rt.doorbell) {
+      rt.doorbell.lease = bell.leaseToken; // a resubscribe uses the newest token
+      return;
+    }
+    const sub = this._addSub("_rindle/lifecycle", null, null, false, bell.leaseToken);
+    sub.onRows = () => {
+      const now = Date.now();
+      const sessions = sub.tree
+        .rows()
+        .filter((r) => Number(r.expires_at) > now)
+        .map((r) => r.client_id)
+        .sort();
+      const newcomer = sessions.some((id) => !rt.sessions.includes(id));
+      rt.sessions = sessions;
+      this._emitRealtime(live);
+      // Another session arrived: lease again now, so that two make a room.
+      if (newcomer && !rt.room && sessions.length > 1) this._scheduleLease(live, DOORBELL_SETTLE_MS);
+    };
+    rt.doorbell = sub;
+  }
+
+  _emitRealtime(live) {
+    const rt = live._rt;
+    this._emit("realtime", {
+      name: live.name,
+      args: live.args,
+      doc: rt.doc,
+      sessions: rt.sessions.slice(),
+      room: !!(rt.sub && live._shown === rt.sub),
+    });
+  }
+
+  /** Stop leasing ``live`` (closed, or following other arguments). */
+  _forgetLease(live) {
+    const rt = live._rt;
+    if (!rt) return;
+    live._rt = null;
+    this._timers.clearTimeout(rt.timer);
+    if (rt.doorbell) this._dropSub(rt.doorbell);
+    if (rt.room) this._leaveRoom(live, rt);
+  }
+
+  // --- rooms: the room socket -------------------------------------------------------------
+
+  _joinRoom(live, block) {
+    const rt = live._rt;
+    let room = this._rooms.get(block.doc);
+    if (!room) room = this._openRoom(block);
+    rt.room = room;
+    if (rt.sub) {
+      rt.sub.token = block.roomToken; // renewed; the subscription goes on
+      return;
+    }
+    rt.sub = {
+      id: this._nextQueryId++,
+      live,
+      token: block.roomToken,
+      epoch: 0,
+      nextSeq: 0,
+      awaitingHello: true,
+      tables: null,
+      rows: null,
+      byKey: new Map(),
+      tree: null,
+      ready: false,
+      error: null,
+    };
+    room.subs.set(rt.sub.id, rt.sub);
+    this._roomSubscribe(room, rt.sub);
+  }
+
+  _openRoom(block) {
+    const room = {
+      doc: block.doc,
+      url: block.wsEndpoint,
+      ws: null,
+      subs: new Map(), // queryId -> room-served subscription
+      lmidTables: null,
+      lmidEpoch: 0,
+      lmidSeq: 0,
+      lmid: null,
+      buffer: [],
+      pending: [], // room mutations: {mid, name, args, resolve, rejected}
+      midKey: `rindle:roommid:${block.doc}:${this.clientID}`,
+      memoryMid: 0,
+    };
+    this._rooms.set(room.doc, room);
+    const ws = new this._WebSocket(room.url);
+    room.ws = ws;
+    ws.onopen = () => {
+      if (room.ws !== ws) return;
+      this._roomSend(room, { t: "init", clientID: this.clientID });
+      this._roomSend(room, { t: "subscribe", queryId: 0, name: LMID_QUERY });
+      for (const sub of room.subs.values()) this._roomSubscribe(room, sub);
+    };
+    ws.onmessage = (event) => {
+      if (room.ws !== ws) return;
+      let msg;
+      try {
+        msg = JSON.parse(typeof event.data === "string" ? event.data : String(event.data));
+      } catch {
+        return;
+      }
+      this.stats.frames += 1;
+      this._onRoomFrame(room, msg);
+    };
+    ws.onclose = () => {
+      if (room.ws !== ws) return;
+      room.ws = null;
+      this._roomGone(room, true);
+    };
+    ws.onerror = () => {};
+    return room;
+  }
+
+  _roomSend(room, msg) {
+    if (!room.ws || room.ws.readyState !== OPEN) return false;
+    room.ws.send(JSON.stringify(msg));
+    return true;
+  }
+
+  _roomSubscribe(room, sub) {
+    sub.awaitingHello = true;
+    this._roomSend(room, { t: "subscribe", queryId: sub.id, leaseToken: sub.token });
+  }
+
+  /** ``live`` is served by the main socket again; the room's rows stay until its snapshot. */
+  _leaveRoom(live, rt = live._rt) {
+    const room = rt.room;
+    const sub = rt.sub;
+    rt.room = null;
+    rt.sub = null;
+    if (room && sub) {
+      room.subs.delete(sub.id);
+      room.buffer = room.buffer.filter((f) => f.sub !== sub);
+      this._roomSend(room, { t: "unsubscribe", queryId: sub.id });
+    }
+    if (sub && live._shown === sub && !live.closed && !this._closed) {
+      if (live._next) this._dropSub(live._next);
+      live._next = this._addSub(live.name, live.args, live);
+    }
+    if (room && !room.subs.size && this._rooms.get(room.doc) === room) this._closeRoom(room);
+    if (live._rt) this._emitRealtime(live);
+  }
+
+  _closeRoom(room) {
+    const ws = room.ws;
+    room.ws = null;
+    if (ws) {
+      try {
+        ws.close();
+      } catch {
+        // already closing
+      }
+    }
+    this._roomGone(room, false);
+  }
+
+  /** The room socket is gone: its Lives go back to the main socket, its mutations too. */
+  _roomGone(room, lost) {
+    if (this._rooms.get(room.doc) !== room) return;
+    this._rooms.delete(room.doc);
+    for (const sub of [...room.subs.values()]) {
+      const live = sub.live;
+      if (live._rt && live._rt.sub === sub) {
+        this._leaveRoom(live);
+        if (lost) this._scheduleLease(live, DOORBELL_SETTLE_MS); // a new host may take it
+      }
+    }
+    // What the room did not confirm goes on the main path (a host that flushed it but
+    // died before the confirmation reached this tab would see it applied twice).
+    const moved = room.pending;
+    room.pending = [];
+    for (const e of moved) this._pending.push({ ...e, mid: null });
+    if (moved.length && !this._closed) this._flushPending();
+  }
+
+  // --- rooms: frames ----------------------------------------------------------------------
+
+  _onRoomFrame(room, msg) {
+    switch (msg && msg.t) {
+      case "nhello":
+        return this._onRoomHello(room, msg);
+      case "nbatch":
+        return this._onRoomBatch(room, msg);
+      case "progress":
+        return this._onRoomProgress(room, (msg.frame || {}).cvMin);
+      case "mutationOutcome":
+        return this._onRoomOutcome(room, msg);
+      case "queryError":
+      case "error":
+        return this._onRoomError(room, msg);
+      default:
+        return undefined;
+    }
+  }
+
+  _onRoomHello(room, msg) {
+    const hello = msg.hello || {};
+    if (msg.queryId === 0) {
+      room.lmidTables = hello.tables || [];
+      room.lmidEpoch = hello.epoch;
+      room.lmidSeq = 0;
+      room.buffer = room.buffer.filter((f) => f.sub !== null);
+      return;
+    }
+    const sub = room.subs.get(msg.queryId);
+    if (!sub || hello.epoch < sub.epoch) return;
+    const live = sub.live;
+    const schema = live._shown && live._shown.schema;
+    const tables = hello.tables || [];
+    if (!schema || schema.relationships.length || tables.length !== 1) {
+      // Joining normalized rows needs the query's correlations: stay on the main socket.
+      console.warn(`rindle: ${live.name} has relationships; it is not served from the room`);
+      live._rt.unservable = true; // renewals keep the doorbell, and join no room
+      this._leaveRoom(live);
+      return;
+    }
+    sub.epoch = hello.epoch;
+    sub.tables = tables[0];
+    sub.schema = schema;
+    sub.nextSeq = 0;
+    sub.awaitingHello = false;
+    room.buffer = room.buffer.filter((f) => f.sub !== sub);
+  }
+
+  _onRoomBatch(room, msg) {
+    const batch = msg.batch || {};
+    const lmid = msg.queryId === 0;
+    const sub = lmid ? null : room.subs.get(msg.queryId);
+    if (!lmid && (!sub || sub.awaitingHello)) return;
+    const epoch = lmid ? room.lmidEpoch : sub.epoch;
+    const next = lmid ? room.lmidSeq : sub.nextSeq;
+    if (batch.epoch !== epoch || batch.seq < next) {
+      this.stats.duplicates += 1;
+      return;
+    }
+    if (batch.seq > next) {
+      this.stats.gaps += 1;
+      if (lmid) this._roomSend(room, { t: "subscribe", queryId: 0, name: LMID_QUERY });
+      else this._roomSubscribe(room, sub);
+      return;
+    }
+    if (lmid) room.lmidSeq = batch.seq + 1;
+    else sub.nextSeq = batch.seq + 1;
+    room.buffer.push({ sub, seq: batch.seq, cv: batch.cv || 0, ops: batch.ops || [] });
+  }
+
+  /** Apply the room's released frames as one step, then confirm room mutations, then notify. */
+  _onRoomProgress(room, cvMin) {
+    const ready = room.buffer.filter((f) => f.cv <= cvMin);
+    room.buffer = room.buffer.filter((f) => f.cv > cvMin);
+    const touched = new Set();
+    let lmid = null;
+    for (const f of ready) {
+      if (f.sub === null) {
+        lmid = readRoomLmid(room.lmidTables, f.ops, f.seq === 0 ? 0 : room.lmid);
+        continue;
+      }
+      if (room.subs.get(f.sub.id) !== f.sub) continue;
+      if (f.seq === 0) f.sub.rows = new Map();
+      if (!f.sub.rows) continue;
+      foldRoomOps(f.sub.rows, f.sub.tables, f.ops);
+      touched.add(f.sub);
+    }
+    if (ready.length) this.stats.releases += 1;
+    if (lmid !== null) this._confirmRoom(room, lmid);
+    for (const sub of touched) {
+      sub.tree = roomTree(sub.schema, sub.tables, sub.rows, sub.byKey);
+      sub.ready = true;
+      const live = sub.live;
+      if (live._shown !== sub) {
+        // The room's first snapshot: serve the Live from it, drop the main subscription.
+        if (live._next) this._dropSub(live._next);
+        live._next = null;
+        const old = live._shown;
+        live._shown = sub;
+        if (old) this._dropSub(old);
+        this._emitRealtime(live);
+      }
+      live._changed(sub);
+    }
+  }
+
+  _onRoomOutcome(room, msg) {
+    const entry = room.pending.find((e) => e.mid === msg.mid);
+    if (msg.kind === "deopt") {
+      // The room cannot apply it: the main path does.
+      if (!entry) return;
+      room.pending.splice(room.pending.indexOf(entry), 1);
+      this._pending.push({ ...entry, mid: null });
+      this._flushPending();
+      return;
+    }
+    if (msg.kind !== "rejected") return;
+    const reason = msg.reason || "rejected";
+    if (entry) entry.rejected = reason;
+    this._emit("rejected", {
+      mid: msg.mid,
+      name: entry ? entry.name : msg.name,
+      args: entry ? entry.args : msg.args,
+      reason,
+    });
+  }
+
+  _onRoomError(room, msg) {
+    const sub = typeof msg.queryId === "number" ? room.subs.get(msg.queryId) : undefined;
+    if (sub) {
+      console.warn(`rindle: the room refused ${sub.live.name}: ${msg.message}`);
+      this._leaveRoom(sub.live);
+      return;
+    }
+    const entry = typeof msg.mid === "number" && room.pending.find((e) => e.mid === msg.mid);
+    if (entry) {
+      // The host refused the envelope itself: the main path decides.
+      room.pending.splice(room.pending.indexOf(entry), 1);
+      this._pending.push({ ...entry, mid: null });
+      this._flushPending();
+      return;
+    }
+    this._emit("error", msg);
+  }
+
+  // --- rooms: mutations -------------------------------------------------------------------
+
+  /** The room a declared room mutator goes to: the one open room (null: the main path). */
+  _mutationRoom(name) {
+    if (!this._realtime || !this._realtime.mutators.has(name) || this._rooms.size !== 1) {
+      return null;
+    }
+    const room = this._rooms.values().next().value;
+    for (const sub of room.subs.values()) if (sub.ready && sub.live._shown === sub) return room;
+    return null;
+  }
+
+  _mutateInRoom(room, name, args) {
+    return new Promise((resolve) => {
+      room.pending.push({ mid: null, name, args, resolve, rejected: null });
+      this._emit("pending", this.pending);
+      this._flushRoomPending(room);
+    });
+  }
+
+  _flushRoomPending(room) {
+    if (room.lmid === null) return;
+    for (const entry of room.pending) {
+      if (entry.mid !== null) continue;
+      let last = Math.max(storedNumber(this._session, room.midKey, room.memoryMid), room.lmid);
+      for (const e of room.pending) if (e.mid !== null && e.mid > last) last = e.mid;
+      entry.mid = last + 1;
+      room.memoryMid = entry.mid;
+      storeNumber(this._session, room.midKey, entry.mid);
+      this._roomSend(room, {
+        t: "pushMutation",
+        envelope: { clientID: this.clientID, mid: entry.mid, name: entry.name, args: entry.args },
+      });
+    }
+  }
+
+  _confirmRoom(room, lmid) {
+    const first = room.lmid === null;
+    if (first || lmid > room.lmid) room.lmid = lmid;
+    const done = room.pending.filter((e) => e.mid !== null && e.mid <= room.lmid);
+    if (done.length) {
+      room.pending = room.pending.filter((e) => !done.includes(e));
+      for (const e of done) {
+        const result = { mid: e.mid, rejected: e.rejected !== null };
+        if (e.rejected !== null) result.reason = e.rejected;
+        e.resolve(result);
+      }
+      this._emit("pending", this.pending);
+    }
+    if (first) this._flushRoomPending(room);
+  }
+}
+
+// --- rooms: helpers -----------------------------------------------------------------------
+
+function csrfToken() {
+  const match = /(?:^|;\s*)csrftoken=([^;]+)/.exec((globalThis.document && document.cookie) || "");
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+function storedNumber(area, key, floor) {
+  try {
+    const value = Number(area && area.getItem(key));
+    return Number.isFinite(value) && value > floor ? value : floor;
+  } catch {
+    return floor;
+  }
+}
+
+function storeNumber(area, key, value) {
+  try {
+    if (area) area.setItem(key, String(value));
+  } catch {
+    // storage refused: the in-memory counter serves this page
+  }
+}
+
+function roomKey(table, row) {
+  return JSON.stringify(table.primaryKey.map((i) => row[i]));
+}
+
+/** Fold normalized ops (`{op, row}` / `{op: "edit", old, new}`, rows positional) by key. */
+function foldRoomOps(rows, table, ops) {
+  for (const op of ops) {
+    if (op.op === "add") rows.set(roomKey(table, op.row), op.row);
+    else if (op.op === "remove") rows.delete(roomKey(table, op.row));
+    else if (op.op === "edit") {
+      rows.delete(roomKey(table, op.old));
+      rows.set(roomKey(table, op.new), op.new);
+    }
+  }
+}
+
+/** The room lmid after a lmid stream frame's ops (`last` before them). */
+function readRoomLmid(tables, ops, last) {
+  const table = (tables || [])[0];
+  let col = table ? table.columns.indexOf("last_mutation_id") : -1;
+  if (col < 0) col = 1;
+  let lmid = last || 0;
+  for (const op of ops) {
+    const row = op.op === "edit" ? op.new : op.op === "add" ? op.row : null;
+    if (row && Number.isFinite(Number(row[col]))) lmid = Number(row[col]);
+  }
+  return lmid;
+}
+
+/**
+ * A Tree of a relationship-free query's rows from the room: positional as the flat level's
+ * columns, in its sort. Nodes of unchanged rows are kept (`byKey`), so their objects are.
+ */
+function roomTree(schema, table, rows, byKey) {
+  const at = schema.columns.map((name) => table.columns.indexOf(name));
+  const seen = new Map();
+  const top = [];
+  for (const [key, cells] of rows) {
+    const row = at.map((i) => (i < 0 ? undefined : cells[i]));
+    let node = byKey.get(key);
+    if (!node || !sameRow(node.row, row)) node = { row, rc: 1, kids: [], out: null };
+    seen.set(key, node);
+    top.push(node);
+  }
+  byKey.clear();
+  for (const [key, node] of seen) byKey.set(key, node);
+  top.sort((a, b) => compareRows(a.row, b.row, schema.sort));
+  const tree = new Tree(schema);
+  tree.top = top;
+  return tree;
 }
 
 // --- a live query --------------------------------------------------------------------------
@@ -1084,6 +1655,7 @@ export class Live {
     this.onChange = onChange;
     this.closed = false;
     this._next = null;
+    this._rt = null; // the lease and room state of a realtime query (Connection._maybeLease)
     this._shown = conn._closed ? null : conn._addSub(name, args, this);
   }
 
@@ -1108,6 +1680,7 @@ export class Live {
   setArgs(args) {
     const value = args === undefined ? null : args;
     if (this.closed || JSON.stringify(value) === JSON.stringify(this.args)) return;
+    this.conn._forgetLease(this); // leased again once the new rows are shown
     this.args = value;
     if (this._next) this.conn._dropSub(this._next);
     this._next = this.conn._addSub(this.name, value, this);
@@ -1116,6 +1689,7 @@ export class Live {
   close() {
     if (this.closed) return;
     this.closed = true;
+    this.conn._forgetLease(this);
     if (this._next) this.conn._dropSub(this._next);
     if (this._shown) this.conn._dropSub(this._shown);
     this._next = null;
@@ -1134,6 +1708,7 @@ export class Live {
     } else if (sub !== this._shown) {
       return;
     }
+    if (this.ready) this.conn._maybeLease(this);
     if (this.onChange) {
       try {
         this.onChange(this.rows, this);

@@ -189,18 +189,19 @@ def test_edits_in_one_browser_appear_live_in_the_other(demo_server):
             expect(ada_issue.locator(".toast.bad")).to_contain_text("spam", timeout=LIVE_MS)
             expect(alan_list.locator("#rows tr").first).to_contain_text(title)
 
-            # A mutation made as the socket drops is re-sent on the new socket.
+            # A mutation made as the socket drops is re-sent on the new socket (setOwner:
+            # the room carries setPriority, setStatus and editTitle, not this one).
             mid = ada_issue.evaluate(
                 """(id) => {
                     window.rindle._ws.close();
                     return window.rindle
-                        .mutate("setPriority", {id, priority: "urgent", updatedAt: Date.now()})
+                        .mutate("setOwner", {id, owner: "ada", updatedAt: Date.now()})
                         .then((result) => result.mid);
                 }""",
                 ISSUE,
             )
             assert mid >= 1
-            expect(alan_issue.locator("#priority")).to_have_value("urgent", timeout=LIVE_MS)
+            expect(alan_issue.locator("#owner")).to_have_value("ada", timeout=LIVE_MS)
             assert ada_issue.evaluate("window.rindle.stats.reconnects") >= 1
 
             # A new issue enters the top of the other user's list and the board.
