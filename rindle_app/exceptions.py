@@ -243,6 +243,9 @@ SQL_STATEMENT_UNSUPPORTED = _code(
     "STATEMENT_UNSUPPORTED", 400, "This kind of statement is not accepted.", **_SQL
 )
 SQL_READ_ONLY = _code("READ_ONLY", 400, "A read-only statement may not write.", **_SQL)
+SQL_IDEMPOTENCY_KEY_REUSED = _code(
+    "IDEMPOTENCY_KEY_REUSED", 409, "The idempotency key answered another request.", **_SQL
+)
 SQL_READ_FORBIDDEN = _code("READ_FORBIDDEN", 403, "The table is not readable here.", **_SQL)
 SQL_WRITE_FORBIDDEN = _code("WRITE_FORBIDDEN", 403, "The caller may not write it.", **_SQL)
 SQL_FUNCTION_FORBIDDEN = _code("FUNCTION_FORBIDDEN", 403, "The function is not allowed.", **_SQL)

@@ -17,7 +17,7 @@ with the stored commit version (another request under the same key is 409
 ``IDEMPOTENCY_KEY_REUSED``).
 """
 
-from ...exceptions import SQL_READ_ONLY
+from ...exceptions import SQL_IDEMPOTENCY_KEY_REUSED, SQL_READ_ONLY
 from .. import outcomes
 from ..capture import OUTBOX
 from ..errors import MutationGap
@@ -122,7 +122,7 @@ def _replayed(record, ident):
     if record.get("identity") != ident:
         raise SqlError(
             "this idempotency key already answered a different transaction",
-            code="IDEMPOTENCY_KEY_REUSED",
+            code=SQL_IDEMPOTENCY_KEY_REUSED,
             status=409,
         )
     return {**record["body"], "applied": False}

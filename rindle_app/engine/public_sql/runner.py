@@ -9,7 +9,12 @@ from itertools import islice
 from django.db import DatabaseError, IntegrityError, connections
 
 from ...conf import rindle_settings
-from ...exceptions import SQL_CONSTRAINT_VIOLATION, SQL_RESULT_TOO_LARGE, SQL_WRITE_FORBIDDEN
+from ...exceptions import (
+    SQL_CONSTRAINT_VIOLATION,
+    SQL_IDEMPOTENCY_KEY_REUSED,
+    SQL_RESULT_TOO_LARGE,
+    SQL_WRITE_FORBIDDEN,
+)
 from .. import outcomes
 from ..capture import OUTBOX
 from ..errors import RindleError, Unavailable
@@ -394,7 +399,7 @@ def run_once(engine, principal, route, statements, idempotency_key=None):
     if key is not None:
         found = _stored(engine, key)
         if found is not None:
-            return _replay(found, ident, "IDEMPOTENCY_KEY_REUSED")
+            return _replay(found, ident, SQL_IDEMPOTENCY_KEY_REUSED)
     with Reader(engine.using, principal) as reader:
         writes = [reader.classify(st) for st in statements]
         if not any(writes):
@@ -418,7 +423,7 @@ def run_once(engine, principal, route, statements, idempotency_key=None):
 
     record, replayed = engine.write(apply, alone=True).value
     if replayed:
-        return _replay(record, ident, "IDEMPOTENCY_KEY_REUSED")
+        return _replay(record, ident, SQL_IDEMPOTENCY_KEY_REUSED)
     return Answer(record["status"], record["body"])
 
 
