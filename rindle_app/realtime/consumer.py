@@ -589,13 +589,18 @@ class RindleConsumer(AsyncWebsocketConsumer):
         return lease.name, lease.args, user
 
     def _hydrated(self, name, args):
-        """A labelled query hydrated here: a drained room of its doc seals its fence."""
+        """
+        A labelled query hydrated here: a drained room of its doc seals its fence. A
+        side effect only: whatever fails here is logged, never the subscription's.
+        """
         try:
             doc = realtime_doc(name, args)
+            if doc is not None:
+                self._runtime.running_rooms.hydrated(doc)
         except QueryRefused:
             return
-        if doc is not None:
-            self._runtime.running_rooms.hydrated(doc)
+        except Exception:
+            logger.exception("rindle consumer: sealing the room of %r failed", name)
 
     def _resolve(self, query_id, name, args, user):
         """The AST of the named query (a worker thread: it may read the database)."""

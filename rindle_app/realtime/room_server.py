@@ -273,6 +273,8 @@ class LiveRoom:
             except RoomClosed:
                 logger.warning("rindle room %r closed at its seal", self.doc, exc_info=True)
                 self._close()
+            except Exception:  # the database: the ghost waits for the next flush instead
+                logger.exception("rindle room %r: its downgrade seal failed", self.doc)
 
     def _after_flush(self, result):
         if result.corrections:

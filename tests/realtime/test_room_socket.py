@@ -254,3 +254,20 @@ async def test_a_room_socket_that_stops_reading_is_closed_not_buffered(settings)
         consumer._enqueue(["frame"])
     await asyncio.sleep(0)
     assert consumer._outbox.qsize() == 3 and closed == [4503]
+
+
+async def test_a_failed_downgrade_seal_is_logged_and_raises_nowhere(live, caplog):
+    """The seal runs as a side effect of a subscription's hydrate: it must never raise."""
+    from rindle_app.engine.errors import Unavailable
+    from rindle_app.realtime.room_server import LiveRoom
+
+    class Host:
+        closed = None
+
+        def seal(self):
+            raise Unavailable("the database is down")
+
+    room = LiveRoom(live, DOC, Host())
+    room.draining = True
+    room.seal_if_drained()
+    assert room.draining is False and "downgrade seal failed" in caplog.text
