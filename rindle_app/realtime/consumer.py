@@ -185,8 +185,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
         self._idle = None  # the future the sender task waits on while the outbox is empty
         self._broken = False  # a write failed: the socket is going away
         self._inbox = collections.deque()
-        self._tokens = float(rindle_settings.WS_BURST)
-        self._refill = time.monotonic()
+        self._budget = limits.FrameBudget(time.monotonic())
         self._sender = asyncio.ensure_future(self._send_batches())
         self._metering = asyncio.ensure_future(workers.run_db(self._make_meter))
         self._session = asyncio.ensure_future(self._open())
@@ -439,7 +438,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 f"{rindle_settings.WS_MAX_FRAME_BYTES}",
                 code=FRAME_TOO_LARGE,
             )
-        if not self._admit(at):
+        if not self._budget.admit(at):
             return await self._error("too many frames; slow down", code=RATE_LIMITED)
         try:
             msg = strictjson.loads(text_data)
@@ -468,17 +467,6 @@ class RindleConsumer(AsyncWebsocketConsumer):
         except Exception:  # a server bug: answered, logged, and the socket stays open
             logger.exception("rindle consumer: %s frame failed", kind)
             await self._error(f"the server failed to handle this {kind} frame", INTERNAL_ERROR)
-
-    def _admit(self, now):
-        """The token bucket, at the frame's receipt time (frames come in order)."""
-        rate = float(rindle_settings.WS_RATE)
-        burst = float(rindle_settings.WS_BURST)
-        self._tokens = min(burst, self._tokens + (now - self._refill) * rate)
-        self._refill = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
     async def _init(self, msg):
         client_id = msg.get("clientID")

@@ -173,3 +173,25 @@ class Sockets:
     def count(self, key):
         with self._lock:
             return self._open.get(key, 0)
+
+
+class FrameBudget:
+    """
+    A socket's token bucket of client frames: ``WS_RATE`` per second, up to
+    ``WS_BURST`` at once (both sockets, ``/ws/rindle/`` and the room socket).
+    """
+
+    def __init__(self, now):
+        self.tokens = float(rindle_settings.WS_BURST)
+        self.refill = now
+
+    def admit(self, now):
+        """Take one token for a frame received at ``now``; False when none is left."""
+        rate = float(rindle_settings.WS_RATE)
+        burst = float(rindle_settings.WS_BURST)
+        self.tokens = min(burst, self.tokens + (now - self.refill) * rate)
+        self.refill = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

@@ -50,7 +50,7 @@ from ..exceptions import (
 )
 from ..ivm.ast import QueryError, parse
 from ..runtime import get_runtime
-from . import wire, workers
+from . import limits, wire, workers
 from .consumer import _authenticate, _bearer, _envelope_problem, _is_query_id
 from .room_server import open_lmid
 
@@ -94,8 +94,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._runtime = get_runtime(None)
         self._loop = asyncio.get_running_loop()
         self._outbox = asyncio.Queue()
-        self._tokens = float(rindle_settings.WS_BURST)
-        self._refill = time.monotonic()
+        self._budget = limits.FrameBudget(time.monotonic())
         self._sender = asyncio.ensure_future(self._send_frames())
         await self.accept()
 
@@ -139,7 +138,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 f"a frame may be at most {rindle_settings.WS_MAX_FRAME_BYTES} bytes",
                 FRAME_TOO_LARGE,
             )
-        if not self._admit(time.monotonic()):
+        if not self._budget.admit(time.monotonic()):
             return await self._error("too many frames; slow down", RATE_LIMITED)
         try:
             msg = strictjson.loads(text_data)
@@ -163,17 +162,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
         except Exception:  # a server bug: answered, logged, and the socket stays open
             logger.exception("rindle room socket: %s frame failed", kind)
             await self._error(f"the server failed to handle this {kind} frame", INTERNAL_ERROR)
-
-    def _admit(self, now):
-        """The main socket's token bucket (WS_RATE, WS_BURST), per room socket."""
-        rate = float(rindle_settings.WS_RATE)
-        burst = float(rindle_settings.WS_BURST)
-        self._tokens = min(burst, self._tokens + (now - self._refill) * rate)
-        self._refill = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
     async def _init(self, msg):
         client_id = msg.get("clientID")
