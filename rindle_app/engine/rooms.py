@@ -73,6 +73,7 @@ from .sources import (
     position,
     validate_position,
 )
+from .values import from_db
 
 ROOM_PLACEMENT = "_rindle_room_placement"
 ROOM_LEDGER = "_rindle_room_client_mutations"
@@ -428,10 +429,13 @@ def _read_keys(tx, table, keys):
 
 
 def _decode(table, current):
+    """A row as the driver returned it, in the wire encoding (``engine.values``)."""
     for column in table.columns:
         value = current[column.name]
         if column.type == "boolean" and value in (0, 1) and not isinstance(value, bool):
             current[column.name] = bool(value)
         elif column.type == "json" and isinstance(value, str):
             current[column.name] = json.loads(value)
+        elif column.encoding and value is not None:
+            current[column.name] = from_db(column.encoding, table.vendor, value)
     return current

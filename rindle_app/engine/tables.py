@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..exceptions import NO_PRIMARY_KEY
 from .errors import UnknownTable
 from .identifiers import quote, validate
+from .values import decoder, field_encoding
 
 # Tables the client schema never shows (engine bookkeeping and SQLite internals).
 HIDDEN_PREFIXES = ("_rindle_", "__", "sqlite_")
@@ -22,6 +23,8 @@ class Column:
     type: str  # one of WIRE_TYPES
     nullable: bool = True
     declared: str = ""
+    # The value encoding of the model field behind the column (engine.values), or "".
+    encoding: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,14 @@ class Table:
     # Names of columns a query may filter on but no client is ever sent (the owner of
     # a client id): every wire schema is built from ``wire_columns``.
     private: frozenset = frozenset()
+    # The database the rows are read from: which stored forms need re-encoding.
+    vendor: str = ""
     column_names: frozenset = field(init=False, repr=False, compare=False)
     json_columns: frozenset = field(init=False, repr=False, compare=False)
     wire_columns: tuple = field(init=False, repr=False, compare=False)
+    # ((column name, stored -> wire function), ...) for the columns whose stored form
+    # is not their wire form on ``vendor``: decoding a row touches only these.
+    decoders: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "column_names", frozenset(c.name for c in self.columns))
@@ -52,6 +60,22 @@ class Table:
         object.__setattr__(self, "json_columns", json_columns)
         wire = tuple(c for c in self.columns if c.name not in self.private)
         object.__setattr__(self, "wire_columns", wire)
+        decoders = tuple(
+            (c.name, fn)
+            for c in self.columns
+            if (
+                fn := decoder(c.encoding or ("boolean" if c.type == "boolean" else ""), self.vendor)
+            )
+        )
+        object.__setattr__(self, "decoders", decoders)
+
+    def decode(self, image):
+        """A stored row image (a dict, changed in place) in the wire encoding."""
+        for name, fn in self.decoders:
+            value = image.get(name)
+            if value is not None:
+                image[name] = fn(value)
+        return image
 
     @property
     def hidden(self):
@@ -173,12 +197,13 @@ def introspect(connection, cursor, name, *, model=None, private=()):
     if not pk:
         raise UnknownTable(f"table {name!r} has no primary key", code=NO_PRIMARY_KEY, table=name)
 
-    overrides = {}
+    overrides, encodings = {}, {}
     if model is not None:
         for f in model._meta.concrete_fields:
             t = model_wire_type(f)
             if t:
                 overrides[f.column] = t
+            encodings[f.column] = field_encoding(f)
             if f.remote_field is not None and not f.db_constraint:
                 target = f.target_field
                 fks.append(ForeignKey((f.column,), target.model._meta.db_table, (target.column,)))
@@ -192,11 +217,14 @@ def introspect(connection, cursor, name, *, model=None, private=()):
             overrides.get(n) or wire_type(d),
             bool(null) and n not in keys,
             d or "",
+            encodings.get(n, ""),
         )
         for n, d, null in described
     )
     private = frozenset(private) & {c.name for c in columns}
-    return Table(name, columns, tuple(pk), tuple(dict.fromkeys(fks)), private)
+    return Table(
+        name, columns, tuple(pk), tuple(dict.fromkeys(fks)), private, vendor=connection.vendor
+    )
 
 
 def create_table_sql(name, columns, pk, col_types):

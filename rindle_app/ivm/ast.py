@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..engine.values import BINARY, TEMPORAL, canonical
 from ..exceptions import INVALID_QUERY, UNKNOWN_COLUMN, UNKNOWN_TABLE, UNSUPPORTED, QueryError
 from .compare import SIMPLE_OPS
 
@@ -242,7 +243,16 @@ class _Parser:
                 path=f"{path}.row",
             )
         return Start(
-            tuple((c, self.literal(row[c], f"{path}.row.{c}")) for c, _ in order_by), exclusive
+            tuple(
+                (
+                    c,
+                    self.typed(
+                        table, c, self.literal(row[c], f"{path}.row.{c}"), f"{path}.row.{c}"
+                    ),
+                )
+                for c, _ in order_by
+            ),
+            exclusive,
         )
 
     def aggregate(self, table, raw, path):
@@ -340,6 +350,7 @@ class _Parser:
                 raise QueryError(f"{op} needs an array literal", path=f"{path}.right.value")
             if op.endswith("LIKE") and not isinstance(value, str):
                 raise QueryError(f"{op} needs a string pattern", path=f"{path}.right.value")
+            value = self.typed(table, column, value, f"{path}.right.value", op=op)
             return Simple(op, column, value)
         if kind == "correlatedSubquery":
             op = raw.get("op")
@@ -352,6 +363,36 @@ class _Parser:
             related = self.related(table, raw.get("related"), f"{path}.related", kind="exists")
             return Exists(op == "NOT EXISTS", related, bool(raw.get("flip", False)))
         raise QueryError(f"unknown condition type {kind!r}", path=f"{path}.type")
+
+    def typed(self, table, name, value, path, *, op=None):
+        """
+        A literal for column ``name`` in its wire encoding (``engine.values``): a
+        datetime, date, time or UUID literal is normalized to the column's fixed-width
+        form, or refused when it is not one; a pattern or a comparison that the wire
+        form would order differently from the stored one is refused.
+        """
+        encoding = next((c.encoding for c in table.columns if c.name == name), "")
+        if not encoding:
+            return value
+        if op is not None and op.endswith("LIKE") and encoding in (TEMPORAL | {BINARY}):
+            raise QueryError(
+                f"{op} on the {encoding} column {table.name}.{name} is not supported: "
+                "compare it with a range (>=, <) instead",
+                code=UNSUPPORTED,
+                path=path,
+            )
+        if encoding == BINARY and not (op in ("IS", "IS NOT") and value is None):
+            raise QueryError(
+                f"the binary column {table.name}.{name} can only be tested for null",
+                code=UNSUPPORTED,
+                path=path,
+            )
+        try:
+            if isinstance(value, tuple):
+                return tuple(canonical(encoding, v) for v in value)
+            return canonical(encoding, value)
+        except ValueError as exc:
+            raise QueryError(f"{table.name}.{name}: {exc}", path=path) from None
 
     def literal(self, value, path, *, array=False):
         if isinstance(value, list):

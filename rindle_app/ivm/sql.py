@@ -24,6 +24,7 @@ filtered, ordered or correlated on. Every literal is a bound parameter.
 import json
 import re
 
+from ..engine.values import BINARY, TEMPORAL, stored
 from ..exceptions import UNKNOWN_COLUMN, UNKNOWN_TABLE, UNSUPPORTED
 from .ast import And, Exists, Or, Query, QueryError, Simple, parse
 
@@ -75,11 +76,34 @@ def _numbered(compiler, sql):
 
 def run_query(query, connection, schema, *, render="fixture"):
     """The view of ``query`` read from ``connection`` (a Django connection) now."""
+    if not isinstance(query, Query):
+        query = parse(query, schema)
     sql, params = compile_query(query, connection.vendor, schema, render=render)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         (text,) = cursor.fetchone()
-    return None if text is None else json.loads(text)
+    view = None if text is None else json.loads(text)
+    return decode_view(query, schema, view, snapshot=render == "snapshot")
+
+
+def decode_view(query, schema, view, *, snapshot=False):
+    """
+    A view rendered by the compiled SQL (stored values) with every cell in the wire
+    encoding, as the engine's own rows are (``engine.tables.Table.decode``); changed
+    in place and returned. ``snapshot``: cells sit under each row's ``cols``.
+    """
+    if view is None or query.aggregate is not None:
+        return view
+    table = schema.get(query.table)
+    related = query.visible_related
+    if not table.decoders and not related:
+        return view
+    for row in [view] if isinstance(view, dict) else view:
+        if table.decoders:
+            table.decode(row["cols"] if snapshot else row)
+        for r in related:
+            decode_view(r.subquery, schema, row.get(r.subquery.alias), snapshot=snapshot)
+    return view
 
 
 def _quote(name):
@@ -171,6 +195,11 @@ class _Compiler:
         self.values.append(value)
         return f"\x00{len(self.values) - 1}\x00"
 
+    def literal(self, table, name, value):
+        """A wire literal compared with column ``name``, bound in the column's stored form."""
+        encoding = self.column(table, name).encoding
+        return self.param(stored(encoding, self.vendor, value) if encoding else value)
+
     def alias(self):
         self.aliases += 1
         return f"t{self.aliases}"
@@ -206,6 +235,8 @@ class _Compiler:
     def ordered(self, table, alias, name):
         """A column reference that compares bytewise when it is text, whatever its collation."""
         ref = self.ref(alias, name)
+        if self.pg and self.column(table, name).encoding in TEMPORAL:
+            return ref  # a date, time or uuid type: its own order is the wire text's
         if self.kind(table, name, "compare") == _STRING:
             return f'{ref} COLLATE "C"' if self.pg else f"{ref} COLLATE BINARY"
         return ref
@@ -266,15 +297,15 @@ class _Compiler:
                 return "FALSE" if op == "IS" else "TRUE"
             if self.pg:
                 distinct = "NOT DISTINCT" if op == "IS" else "DISTINCT"
-                return f"{bytewise} IS {distinct} FROM {self.param(value)}"
-            return f"{bytewise} {op} {self.param(value)}"
+                return f"{bytewise} IS {distinct} FROM {self.literal(table, name, value)}"
+            return f"{bytewise} {op} {self.literal(table, name, value)}"
         if op in ("IN", "NOT IN"):
             if op == "NOT IN" and any(v is None for v in value):
                 return "FALSE"  # unknown for every cell, as in SQL
             same = [v for v in value if v is not None and _kind_of(v) == kind]
             if not same:
                 return "FALSE" if op == "IN" else f"{ref} IS NOT NULL"
-            return f"{bytewise} {op} ({', '.join(self.param(v) for v in same)})"
+            return f"{bytewise} {op} ({', '.join(self.literal(table, name, v) for v in same)})"
         if value is None:
             return "FALSE"
         if _kind_of(value) != kind:
@@ -282,7 +313,7 @@ class _Compiler:
             sign = 1 if kind > _kind_of(value) else -1
             return f"{ref} IS NOT NULL" if _holds(op, sign) else "FALSE"
         sql_op = "<>" if op == "!=" else op
-        return f"{bytewise} {sql_op} {self.param(value)}"
+        return f"{bytewise} {sql_op} {self.literal(table, name, value)}"
 
     def like(self, op, table, alias, name, pattern):
         column = self.column(table, name)
@@ -342,7 +373,7 @@ class _Compiler:
             return f"{ref} IS NULL"
         if _kind_of(value) != kind:
             return "FALSE"
-        return f"{self.ordered(table, alias, name)} = {self.param(value)}"
+        return f"{self.ordered(table, alias, name)} = {self.literal(table, name, value)}"
 
     def after(self, table, alias, name, value, direction):
         """The cell sorts strictly after ``value`` in ``direction`` (null is smallest)."""
@@ -353,12 +384,13 @@ class _Compiler:
                 return f"{ref} IS NOT NULL"
             if vkind != kind:
                 return f"{ref} IS NOT NULL" if kind > vkind else "FALSE"
-            return f"{self.ordered(table, alias, name)} > {self.param(value)}"
+            return f"{self.ordered(table, alias, name)} > {self.literal(table, name, value)}"
         if value is None:
             return "FALSE"
         if vkind != kind:
             return "TRUE" if kind < vkind else f"{ref} IS NULL"
-        return f"({ref} IS NULL OR {self.ordered(table, alias, name)} < {self.param(value)})"
+        lit = self.literal(table, name, value)
+        return f"({ref} IS NULL OR {self.ordered(table, alias, name)} < {lit})"
 
     # --- rendering ----------------------------------------------------------------
 
@@ -366,6 +398,8 @@ class _Compiler:
         """A column as a JSON value inside the row object."""
         if self.pg:
             return ref
+        if column.encoding == BINARY:  # as capture renders it (engine.capture)
+            return f"CASE WHEN typeof({ref}) = 'blob' THEN hex({ref}) ELSE {ref} END"
         if column.type == "boolean":
             return (
                 f"json(CASE WHEN {ref} IS NULL THEN 'null' WHEN {ref} THEN 'true' ELSE 'false' END)"

@@ -167,6 +167,8 @@ def _event(row, schema):
     definition = schema.get(table)
     if isinstance(key, str):
         key = json.loads(key)
+    if definition is not None and definition.decoders:
+        key = list(definition.decode(dict(zip(definition.primary_key, key))).values())
     return {
         "seq": int(seq),
         "table": table,

@@ -37,19 +37,22 @@ from django.db import connections
 
 from ..engine.capture import OUTBOX, sqlite_image
 from ..engine.identifiers import quote
-from ..ivm.sql import compile_query
+from ..ivm.sql import compile_query, decode_view
 from . import state as stream_state
 
 
 def decode(table, image):
-    """An outbox or snapshot image as the IVM's row: booleans as booleans."""
+    """
+    An outbox or snapshot image as the IVM's row, every value in the wire encoding
+    (``engine.values``): the one place rows enter the engine, so every consumer of a
+    view (frames, the stream, the SSR read) sees the same values on every backend.
+    """
     if image is None:
         return None
     if isinstance(image, str):
         image = json.loads(image)
-    for column in table.columns if table is not None else ():
-        if column.type == "boolean" and image.get(column.name) in (0, 1):
-            image[column.name] = bool(image[column.name])
+    if table is not None and table.decoders:
+        table.decode(image)
     return image
 
 
@@ -189,7 +192,8 @@ def read_query(using, query, schema):
         return text
 
     current, text = consistent_read(using, read)
-    return current.safe_seq, None if text is None else json.loads(text)
+    view = None if text is None else json.loads(text)
+    return current.safe_seq, decode_view(query, schema, view, snapshot=True)
 
 
 def _tail_sql(vendor):

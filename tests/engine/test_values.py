@@ -1,0 +1,206 @@
+"""
+The wire encoding of a synced model's values (``engine.values``, docs/protocol.md
+"Value encoding"): one form per field type on both backends, the same for a row
+read at hydration and for the same row arriving as an incremental change, and
+round-trippable to the model field.
+"""
+
+import base64
+import datetime
+import decimal
+import uuid
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.db import connection, models
+from django.test.utils import isolate_apps
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rindle_app.engine.values import from_wire
+from rindle_app.ivm.live import LiveQueries
+from rindle_app.ivm.sql import run_query
+from rindle_app.stream.reader import read_query
+from rindle_app.testing import publish_watermark
+from tests.conftest import examples
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+UTC = datetime.UTC
+
+with isolate_apps("project.demo"):
+
+    class Typed(models.Model):
+        """One field of each type a synced model may have."""
+
+        id = models.IntegerField(primary_key=True)
+        at = models.DateTimeField(null=True)
+        day = models.DateField(null=True)
+        clock = models.TimeField(null=True)
+        amount = models.DecimalField(max_digits=12, decimal_places=2, null=True)
+        uid = models.UUIDField(null=True)
+        span = models.DurationField(null=True)
+        blob = models.BinaryField(null=True)
+        flag = models.BooleanField(null=True)
+        doc = models.JSONField(null=True)
+        ratio = models.FloatField(null=True)
+        label = models.TextField(null=True)
+        count = models.BigIntegerField(null=True)
+
+        class Meta:
+            app_label = "demo"
+            db_table = "wire_typed"
+            managed = False
+
+
+FIELDS = [f for f in Typed._meta.concrete_fields if not f.primary_key]
+
+
+def spec(field, value):
+    """The documented wire form of a Python value, written from the table in the docs."""
+    if value is None:
+        return None
+    kind = field.get_internal_type()
+    if kind == "DateTimeField":
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if kind == "DateField":
+        return value.strftime("%Y-%m-%d")
+    if kind == "TimeField":
+        return value.strftime("%H:%M:%S.%f")
+    if kind == "DecimalField":
+        return float(value)
+    if kind == "UUIDField":
+        return str(value)
+    if kind == "DurationField":
+        return value // datetime.timedelta(microseconds=1)
+    if kind == "BinaryField":
+        return base64.b64encode(bytes(value)).decode()
+    return value
+
+
+def same_value(field, a, b):
+    """Equal as the database keeps them (bytes for a BinaryField's memoryview)."""
+    if isinstance(a, memoryview) or isinstance(b, memoryview):
+        return bytes(a) == bytes(b)
+    return a == b
+
+
+@pytest.fixture
+def typed(engine):
+    with connection.cursor() as cursor:
+        cursor.execute('DROP TABLE IF EXISTS "wire_typed"')
+    with connection.schema_editor() as editor:
+        editor.create_model(Typed)
+    engine.register_existing_table("wire_typed", model=Typed)
+    yield engine
+    with connection.cursor() as cursor:
+        cursor.execute('DROP TABLE IF EXISTS "wire_typed"')
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+values = st.fixed_dictionaries(
+    {
+        "at": st.none()
+        | st.datetimes(
+            datetime.datetime(1900, 1, 1),
+            datetime.datetime(2200, 1, 1),
+            timezones=st.sampled_from([UTC, ZoneInfo("Europe/Paris"), ZoneInfo("Asia/Tokyo")]),
+        ),
+        "day": st.none() | st.dates(datetime.date(1000, 1, 1)),
+        "clock": st.none() | st.times(),
+        "amount": st.none()
+        | st.decimals(-(10**10) + 1, 10**10 - 1, places=2, allow_nan=False, allow_infinity=False),
+        "uid": st.none() | st.uuids(),
+        "span": st.none()
+        | st.timedeltas(-datetime.timedelta(days=10**5), datetime.timedelta(days=10**5)),
+        "blob": st.none() | st.binary(max_size=12),
+        "flag": st.none() | st.booleans(),
+        "doc": json_values,
+        # SQLite's printf('%!.17g') (capture's float rendering) loses the last digit
+        # of some large doubles (1e241 seen): a capture limit, not the encoding's.
+        "ratio": st.none() | st.floats(-1e15, 1e15),
+        "label": st.none() | text,
+        "count": st.none() | st.integers(-(2**63), 2**63 - 1),
+    }
+)
+
+
+@settings(
+    max_examples=examples(25),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(rows=st.lists(values, min_size=1, max_size=3))
+def test_every_field_type_has_one_wire_form_in_snapshots_and_increments(typed, rows):
+    """
+    A value written through the ORM reaches a live view in the documented form,
+    whether the view read it at hydration or received it as a change afterwards; the
+    SQL read (the SSR route's) agrees, and ``from_wire`` gives back what the ORM reads.
+    """
+    Typed.objects.all().delete()
+    for i, row in enumerate(rows):
+        Typed.objects.create(id=2 * i, **row)
+    publish_watermark()
+    live = LiveQueries(typed).start()
+    shared = live.catalog.register({"table": "wire_typed"})
+    hydrated = {r["id"]: r for r in shared.view.result()}
+    for i, row in enumerate(rows):
+        Typed.objects.create(id=2 * i + 1, **row)
+    publish_watermark()
+    _version, _outputs, faults = live.poll()
+    assert faults == []
+    view = shared.view.result()
+    assert view == run_query(shared.query, connection, typed.tables)
+    _cv, ssr = read_query(typed.using, shared.query, typed.tables)
+    assert [r["cols"] for r in ssr] == view
+    by_id = {r["id"]: r for r in view}
+    for i in range(len(rows)):
+        before, after = hydrated[2 * i], by_id[2 * i + 1]
+        stored = Typed.objects.get(id=2 * i)
+        for field in FIELDS:
+            wire = before[field.column]
+            assert wire == after[field.column], field.name
+            assert type(wire) is type(after[field.column]), field.name
+            assert wire == spec(field, getattr(stored, field.attname)), field.name
+            assert same_value(field, from_wire(field, wire), getattr(stored, field.attname))
+
+
+def test_the_wire_forms_of_one_row(typed):
+    """The documented forms, value by value, on this backend."""
+    Typed.objects.create(
+        id=1,
+        at=datetime.datetime(2026, 12, 1, 19, 6, 57, tzinfo=UTC),
+        day=datetime.date(2026, 12, 1),
+        clock=datetime.time(9, 5),
+        amount=decimal.Decimal("12.50"),
+        uid=uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        span=datetime.timedelta(days=1, microseconds=1),
+        blob=b"\x00\xff",
+        flag=True,
+        doc={"a": [1, "x"]},
+        ratio=0.1,
+        label="x",
+        count=2**62,
+    )
+    publish_watermark()
+    live = LiveQueries(typed).start()
+    (row,) = live.catalog.register({"table": "wire_typed"}).view.result()
+    assert row == {
+        "id": 1,
+        "at": "2026-12-01T19:06:57.000000Z",
+        "day": "2026-12-01",
+        "clock": "09:05:00.000000",
+        "amount": 12.5,
+        "uid": "12345678-1234-5678-1234-567812345678",
+        "span": 86_400_000_001,
+        "blob": "AP8=",
+        "flag": True,
+        "doc": {"a": [1, "x"]},
+        "ratio": 0.1,
+        "label": "x",
+        "count": 2**62,
+    }
