@@ -51,6 +51,9 @@ Where rindle's documented value semantics (``compare.py``) differ from a backend
   always completed with the primary key).
 """
 
+import datetime
+
+from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models.expressions import Col, Exists, F, NegatedExpression, OrderBy
@@ -60,7 +63,9 @@ from django.db.models.sql.constants import INNER, LOUTER
 from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.query import Query as SQLQuery
 from django.db.models.sql.where import ExtraWhere, NothingNode, WhereNode
+from django.utils import timezone
 
+from ..engine.values import field_encoding, to_wire
 from ..exceptions import UNSUPPORTED
 from .ast import QueryError, parse
 from .builder import NEGATED_OPS, cond
@@ -279,15 +284,53 @@ def _label(col):
     return f"{col.target.model._meta.db_table}.{col.target.column}"
 
 
-def _literal(value, label):
+def _literal(value, label, field=None):
+    """
+    ``value`` (a lookup's right-hand side, already prepared by ``field``) as a wire
+    literal: datetimes, dates, times, UUIDs, decimals and durations in the wire
+    encoding of ``field``'s column (``engine.values``), so the AST compares them as
+    the engine's rows hold them.
+    """
+    if field is not None and not isinstance(value, (bool, str)):
+        encoding = field_encoding(field)
+        if encoding:
+            value = to_wire(encoding, value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float) and value == value and abs(value) != float("inf"):
         return value
     raise unsupported(
         f"the value {value!r} for {label} is not a literal the AST can carry "
-        "(null, a boolean, a finite number or a string)"
+        "(null, a boolean, a finite number, a string, or a date, time, datetime, "
+        "UUID, decimal or duration of a column of that type)"
     )
+
+
+# Transforms that are a range of the column (``created__date``, ``created__year``);
+# the others (``__month``, ``__hour``...) select a set no range expresses.
+_RANGES = ("date", "year")
+_RANGE_OPS = ("exact", "gt", "gte", "lt", "lte")
+
+
+def _bounds(transform, lookup, field):
+    """
+    ``(first, last)``: the first and last instants (inclusive, in the column's Python
+    type) of the date or year ``lookup.rhs`` names, in the transform's time zone
+    (the current one unless given), as Django's own bounds are.
+    """
+    rhs = lookup.rhs
+    if transform.lookup_name == "year":
+        first, last = datetime.date(int(rhs), 1, 1), datetime.date(int(rhs), 12, 31)
+        if not isinstance(field, models.DateTimeField):
+            return first, last
+    else:
+        first = last = rhs.date() if isinstance(rhs, datetime.datetime) else rhs
+    first = datetime.datetime.combine(first, datetime.time.min)
+    last = datetime.datetime.combine(last, datetime.time.max)
+    if settings.USE_TZ:
+        tz = getattr(transform, "tzinfo", None) or timezone.get_current_timezone()
+        first, last = timezone.make_aware(first, tz), timezone.make_aware(last, tz)
+    return first, last
 
 
 class _Level:
@@ -333,12 +376,20 @@ class _Level:
                 exists, negated = exists.expression, not negated
             if isinstance(exists, Exists):
                 return self.exists_leaf(exists, negated)
+        if getattr(lhs, "lookup_name", None) in _RANGES and isinstance(
+            getattr(lhs, "lhs", None), Col
+        ):
+            return self.range_leaf(lookup, negated)
         if not isinstance(lhs, Col):
             inner = lhs
             while not isinstance(inner, Col) and getattr(inner, "lhs", None) is not None:
                 inner = inner.lhs
             if getattr(lhs, "lookup_name", None) and isinstance(inner, Col):  # a transform
-                raise unsupported(f"lookup {lhs.lookup_name!r} on {_label(inner)} is not supported")
+                raise unsupported(
+                    f"lookup {lhs.lookup_name!r} on {_label(inner)} is not supported: "
+                    f"filter on a range of the column instead ({inner.target.name}__gte=..., "
+                    f"{inner.target.name}__lt=...)"
+                )
             raise unsupported(f"filtering on a {type(lhs).__name__} expression is not supported")
         label = _label(lhs)
         if lhs.alias not in self.query.alias_map:
@@ -365,9 +416,9 @@ class _Level:
                 raise unsupported(f"isnull on {label} needs True or False")
             op, value = ("IS" if rhs else "IS NOT"), None
         elif name in _COMPARISONS:
-            op, value = _COMPARISONS[name], _literal(rhs, label)
+            op, value = _COMPARISONS[name], _literal(rhs, label, field)
         elif name == "in":
-            value = [_literal(v, label) for v in rhs if v is not None]
+            value = [_literal(v, label, field) for v in rhs if v is not None]
             if not value:  # Django: an empty IN matches nothing, its negation everything
                 return _Leaf(lhs.alias, TRUE if negated else FALSE, negated)
             op = "IN"
@@ -386,6 +437,42 @@ class _Level:
         if value is None and field.primary_key:  # a primary key is never null
             condition = FALSE if op == "IS" else TRUE
         return _Leaf(lhs.alias, condition, matches(op, None, value))
+
+    def range_leaf(self, lookup, negated):
+        """
+        ``col__date`` / ``col__year`` (with ``exact``, ``gt``, ``gte``, ``lt``, ``lte``)
+        as a range of the column itself, bounded as Django bounds it.
+        """
+        transform, name = lookup.lhs, lookup.lookup_name
+        col = transform.lhs
+        field, label = col.target, _label(col)
+        if col.alias not in self.query.alias_map:
+            raise unsupported(f"a condition on the outer query's {label} is not supported")
+        kind = transform.lookup_name
+        if name not in _RANGE_OPS or hasattr(lookup.rhs, "resolve_expression"):
+            raise unsupported(
+                f"lookup {kind}__{name} on {label} is not supported: only exact, gt, gte, lt "
+                f"and lte on a literal; filter on a range of the column instead"
+            )
+        if not isinstance(field, (models.DateField, models.DateTimeField)):
+            raise unsupported(f"lookup {kind!r} on {label} needs a date or datetime column")
+        if kind == "date" and not isinstance(field, models.DateTimeField):
+            raise unsupported(f"lookup 'date' on the date column {label}: compare the column")
+        first, last = (_literal(b, label, field) for b in _bounds(transform, lookup, field))
+        column = field.column
+        parts = {
+            "exact": [cond(column, ">=", first), cond(column, "<=", last)],
+            "gt": [cond(column, ">", last)],
+            "gte": [cond(column, ">=", first)],
+            "lt": [cond(column, "<", first)],
+            "lte": [cond(column, "<=", last)],
+        }[name]
+        if negated:
+            parts = [
+                cond(c["left"]["name"], NEGATED_OPS[c["op"]], c["right"]["value"]) for c in parts
+            ]
+            return _Leaf(col.alias, _or(parts), False)
+        return _Leaf(col.alias, _and(parts), False)
 
     def exists_leaf(self, expr, negated):
         inner = expr.query
