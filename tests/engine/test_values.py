@@ -204,3 +204,52 @@ def test_the_wire_forms_of_one_row(typed):
         "label": "x",
         "count": 2**62,
     }
+
+
+def test_a_room_footprint_renders_the_same_encoding(typed):
+    """
+    A room's footprint (read by the SQL oracle) and the committed rows a room write
+    compares against (read by the driver) hold the values a live view holds.
+    """
+    from rindle_app import rooms
+    from rindle_app.engine import rooms as engine_rooms
+
+    for pk in (1, 2):
+        Typed.objects.create(
+            id=pk,
+            at=datetime.datetime(2026, 12, 1, 19, 6, 57, 785916, tzinfo=UTC),
+            day=datetime.date(2026, 12, 1),
+            clock=datetime.time(23, 59, 59),
+            amount=decimal.Decimal("-0.05"),
+            uid=uuid.uuid4(),
+            span=datetime.timedelta(days=-2, seconds=5),
+            blob=b"\x01\x02",
+            flag=pk == 1,
+            doc=[1, {"x": None}],
+            ratio=2.5,
+            label="é",
+            count=-1,
+        )
+    publish_watermark()
+    live = LiveQueries(typed).start()
+    view = live.catalog.register({"table": "wire_typed", "orderBy": [["id", "asc"]]}).view.result()
+    profile = rooms.RoomProfile(
+        "typed",
+        key=lambda args: str(args["id"]),
+        footprint=lambda key, ctx: {
+            "table": "wire_typed",
+            "where": {
+                "type": "simple",
+                "op": "<=",
+                "left": {"type": "column", "name": "id"},
+                "right": {"type": "literal", "value": int(key)},
+            },
+        },
+    )
+    footprint = rooms.load_footprint(typed, profile, "2")
+    assert sorted(footprint["wire_typed"], key=lambda r: r["id"]) == view
+    current = typed.write(
+        lambda tx: engine_rooms._read_keys(tx, tx.tables.get("wire_typed"), [[1], [2]])
+    ).value
+    assert sorted(current, key=lambda r: r["id"]) == view
+    assert view[0]["span"] == -2 * 86_400_000_000 + 5_000_000 and view[0]["flag"] is True
