@@ -44,7 +44,8 @@ def check_settings(app_configs, **kwargs):
                 id="rindle.E005",
             )
         )
-    errors.extend(_check_synced_models(user.get("SYNCED_MODELS", [])))
+    synced_errors = _check_synced_models(user.get("SYNCED_MODELS", []))
+    errors.extend(synced_errors or _check_decimal_precision())
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))
     errors.extend(_check_metrics_auth(user.get("METRICS_AUTH")))
     errors.extend(_check_retention())
@@ -219,6 +220,28 @@ def _check_synced_models(labels):
                 )
             )
     return errors
+
+
+def _check_decimal_precision():
+    """
+    A synced DecimalField travels as a JSON number: a double holds 15 digits exactly.
+    Run only once the synced models' labels passed rindle.E006.
+    """
+    from .engine.registry import synced_models
+
+    return [
+        Warning(
+            f"{model._meta.label}.{field.name} is a synced DecimalField with max_digits="
+            f"{field.max_digits}; the wire carries it as a JSON number, exact to 15 digits.",
+            hint="Lower max_digits to 15 or less, or store the value as text or an integer "
+            "of the smallest unit (cents).",
+            obj=field,
+            id="rindle.W003",
+        )
+        for model in synced_models()
+        for field in model._meta.concrete_fields
+        if field.get_internal_type() == "DecimalField" and (field.max_digits or 0) > 15
+    ]
 
 
 def _check_adapter(adapter):

@@ -323,3 +323,25 @@ def test_a_stream_waiter_cap_that_is_not_a_positive_integer_is_check_e034(settin
     assert len(errors) == 1 and repr(value) in errors[0].msg
     settings.RINDLE = {**settings.RINDLE, "STREAM_LONG_POLL_MAX_WAITERS": 16}
     assert "rindle.E034" not in [e.id for e in check_settings(None)]
+
+
+def test_a_synced_decimal_field_a_double_cannot_hold_is_a_warning(monkeypatch):
+    """A synced DecimalField of more than 15 digits travels inexactly (rindle.W003)."""
+    from django.db import models
+    from django.test.utils import isolate_apps
+
+    from rindle_app.engine import registry
+
+    with isolate_apps("project.demo"):
+
+        class Ledger(models.Model):
+            exact = models.DecimalField(max_digits=15, decimal_places=2)
+            wide = models.DecimalField(max_digits=20, decimal_places=2)
+
+            class Meta:
+                app_label = "demo"
+
+    monkeypatch.setattr(registry, "synced_models", lambda: [Ledger])
+    found = [m for m in check_settings(None) if m.id == "rindle.W003"]
+    assert [m.obj.name for m in found] == ["wide"]
+    assert "max_digits=20" in found[0].msg
