@@ -19,15 +19,21 @@ Django's own SQL selects. What maps:
   requires the related row, as in Django's SQL. ``exclude`` over a multi-valued
   relation and ``filter(Exists(Sub.objects.filter(fk=OuterRef("pk"), ...)))``
   become NOT EXISTS / EXISTS.
+- Values: datetimes, dates, times, UUIDs, decimals and durations become literals
+  in the wire encoding of the column's field (``engine.values``), as the engine's
+  rows hold them; ``col__date`` and ``col__year`` (``exact``, ``gt``, ``gte``,
+  ``lt``, ``lte``) become ranges of the column, bounded in the current time zone
+  as Django bounds them. Other date transforms (``__month``, ``__hour``...) are
+  refused, naming a range of the column as the alternative.
 - ``order_by`` (``"-field"``, ``F(...).asc()/desc()``, ``Meta.ordering``,
   ``reverse()``), ``qs[:n]`` as ``limit``, and ``distinct()`` without fields (a
   no-op: rindle rows are distinct). Column names are the database's
   (``field.column``: ``owner`` → ``ownerId``).
 
 What is refused, with ``QueryError(code="unsupported")`` naming the part: other
-lookups and transforms (``regex``, ``range``, ``year``...), F()/OuterRef/subquery
-values outside an EXISTS correlation, non-literal values (dates, decimals...),
-JSON columns, pattern lookups on non-text columns, offsets (``qs[10:20]``: the AST
+lookups and transforms (``regex``, ``range``, ``month``...), F()/OuterRef/subquery
+values outside an EXISTS correlation, JSON columns, pattern lookups on non-text
+columns, offsets (``qs[10:20]``: the AST
 pages by keyset ``start``), annotations and aggregates, ``values()`` /
 ``values_list()``, ``extra()``, ``distinct(*fields)``, set operations, random or
 related-column ordering, FilteredRelation, multi-table inheritance. Ignored:
