@@ -40,6 +40,7 @@ from ..exceptions import (
 from .errors import InvalidInput
 from .identifiers import quote
 from .tables import HIDDEN_PREFIXES
+from .values import to_stored
 
 OPS = ("add", "edit", "remove")
 
@@ -180,7 +181,8 @@ def apply_changes(tx, changes):
                 while j < n and _same_insert(changes[j], change.table, cols):
                     j += 1
                 sql = _insert_sql(tx, table, cols)
-                if table.json_columns.isdisjoint(cols):  # the row dicts are in cols order
+                if table.json_columns.isdisjoint(cols) and table.encoded.keys().isdisjoint(cols):
+                    # the row dicts are in cols order, every value stored as sent
                     rows = [tuple(ch.row.values()) for ch in changes[i:j]]
                 else:
                     rows = [[_value(tx, table, c, ch.row[c]) for c in cols] for ch in changes[i:j]]
@@ -210,6 +212,12 @@ def _run(tx, sql, params):
 
 
 def _value(tx, table, name, value):
+    encoding = table.encoded.get(name)
+    if encoding is not None:
+        try:
+            return to_stored(encoding, tx.vendor, value)
+        except ValueError as exc:
+            raise InvalidInput(f"{table.name}.{name}: {exc}", code=INVALID_VALUE) from None
     if name not in table.json_columns or value is None:
         return value
     if tx.vendor == "postgresql":
@@ -227,7 +235,7 @@ def _insert_sql(tx, table, cols):
 
 def _key(tx, table, old):
     where = " AND ".join(f"{quote(k)} = %s" for k in table.primary_key)
-    return where, [old[k] for k in table.primary_key]
+    return where, [_value(tx, table, k, old[k]) for k in table.primary_key]
 
 
 def _update(tx, table, old, row):

@@ -60,7 +60,7 @@ from ..exceptions import (
     RoomFenced,
 )
 from ..ivm.compare import sort_key
-from .changes import apply_changes, keyed, parse_changes
+from .changes import _value, apply_changes, keyed, parse_changes
 from .errors import InvalidInput
 from .identifiers import quote
 from .sources import (
@@ -423,7 +423,7 @@ def _read_keys(tx, table, keys):
         where = f"({', '.join(quote(k) for k in pk)}) IN (VALUES {', '.join([one] * len(keys))})"
     found = tx.fetchall(
         f"SELECT {', '.join(quote(c) for c in cols)} FROM {quote(table.name)} WHERE {where}{lock}",
-        [v for key in keys for v in key],
+        [_value(tx, table, k, v) for key in keys for k, v in zip(pk, key)],
     )
     return [_decode(table, dict(zip(cols, row))) for row in found]
 

@@ -53,6 +53,9 @@ class Table:
     # ((column name, stored -> wire function), ...) for the columns whose stored form
     # is not their wire form on ``vendor``: decoding a row touches only these.
     decoders: tuple = field(init=False, repr=False, compare=False)
+    # {column name: encoding} of the columns a written wire value must be re-encoded
+    # for (``engine.values.to_stored``); booleans and decimals store as sent.
+    encoded: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "column_names", frozenset(c.name for c in self.columns))
@@ -68,6 +71,10 @@ class Table:
             )
         )
         object.__setattr__(self, "decoders", decoders)
+        encoded = {
+            c.name: c.encoding for c in self.columns if c.encoding not in ("", "boolean", "decimal")
+        }
+        object.__setattr__(self, "encoded", encoded)
 
     def decode(self, image):
         """A stored row image (a dict, changed in place) in the wire encoding."""

@@ -35,6 +35,8 @@ carries what the database gives. Each direction is implemented here once:
   literal that is not a value of the column is refused);
 - ``stored(encoding, vendor, wire)``: a wire literal as the SQL parameter that
   compares with the stored column as Django's own lookups do;
+- ``to_stored(encoding, vendor, wire)``: a value a machine writer sent, as the
+  parameter that stores it as Django would;
 - ``from_wire(field, value)``: a wire value back to the field's Python value.
 """
 
@@ -332,6 +334,30 @@ def stored(encoding, vendor, wire):
     if encoding == DURATION and vendor == "postgresql" and isinstance(wire, int):
         return datetime.timedelta(microseconds=wire)
     return wire
+
+
+def to_stored(encoding, vendor, wire):
+    """
+    A wire value a machine writer sent (a producer, a change source, a room) as the
+    parameter that stores it as Django would, so the stored forms of a column never
+    mix; ValueError when it is not a value of the column.
+    """
+    if wire is None or encoding in ("", BOOLEAN, DECIMAL):
+        return wire
+    if encoding == BINARY:
+        if not isinstance(wire, str):
+            raise ValueError(f"{wire!r} is not base64 text")
+        try:
+            return base64.b64decode(wire, validate=True)
+        except binascii.Error:
+            raise ValueError(f"{wire!r} is not base64 text") from None
+    if encoding == DURATION:
+        if not isinstance(wire, int) or isinstance(wire, bool):
+            raise ValueError(f"{wire!r} is not a duration in integer microseconds")
+        return stored(encoding, vendor, wire)
+    if not isinstance(wire, str):
+        raise ValueError(f"{wire!r} is not a {encoding} value; the wire form is {_FORMS[encoding]}")
+    return stored(encoding, vendor, canonical(encoding, wire))
 
 
 # --- wire -> Python ---------------------------------------------------------------------

@@ -253,3 +253,75 @@ def test_a_room_footprint_renders_the_same_encoding(typed):
     ).value
     assert sorted(current, key=lambda r: r["id"]) == view
     assert view[0]["span"] == -2 * 86_400_000_000 + 5_000_000 and view[0]["flag"] is True
+
+
+WIRE_ROW = {
+    "at": "2026-12-01T19:06:57.785916Z",
+    "day": "2026-12-01",
+    "clock": "09:05:00.000000",
+    "amount": 1.5,
+    "uid": "12345678-1234-5678-1234-567812345678",
+    "span": -86_400_000_001,
+    "blob": "AP8=",
+    "flag": True,
+    "doc": {"a": [1]},
+    "ratio": 0.25,
+    "label": "x",
+    "count": 7,
+}
+
+
+def test_a_machine_writer_sends_wire_values_and_they_are_stored_as_django_stores_them(typed):
+    """
+    A producer's (or change source's, or room's) row in the wire encoding is stored
+    in the form the ORM stores, so one column never holds two forms; the ORM reads
+    back the field values and the live view sends the row as it was written.
+    """
+    from rindle_app.engine.changes import apply_changes, parse_changes
+
+    def write(changes):
+        return typed.write(
+            lambda tx: apply_changes(tx, parse_changes(tx.tables, changes, limit=10))
+        ).value
+
+    assert write([{"table": "wire_typed", "op": "add", "row": {"id": 1, **WIRE_ROW}}]) == 1
+    stored = Typed.objects.get(id=1)
+    Typed.objects.create(id=2, **{f.attname: getattr(stored, f.attname) for f in FIELDS})
+    for field in FIELDS:
+        assert same_value(
+            field, getattr(stored, field.attname), from_wire(field, WIRE_ROW[field.name])
+        )
+    with connection.cursor() as cursor:
+        # JSON text may differ in spacing between writers; every other column is the
+        # very same stored value.
+        columns = ", ".join(f'"{f.column}"' for f in FIELDS if f.name != "doc")
+        cursor.execute(f'SELECT {columns} FROM "wire_typed" ORDER BY "id"')
+        first, second = cursor.fetchall()
+    assert first == second
+    publish_watermark()
+    live = LiveQueries(typed).start()
+    view = live.catalog.register({"table": "wire_typed"}).view.result()
+    assert view == [{"id": 1, **WIRE_ROW}, {"id": 2, **WIRE_ROW}]
+    edit = {
+        "table": "wire_typed",
+        "op": "edit",
+        "old": {"id": 1},
+        "row": {"at": "2027-01-01T00:00:00Z"},
+    }
+    assert write([edit]) == 1
+    assert Typed.objects.get(id=1).at == datetime.datetime(2027, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [("at", "yesterday"), ("uid", "not-a-uuid"), ("span", "1 day"), ("blob", "*"), ("day", 3)],
+)
+def test_a_written_value_that_is_not_one_of_the_column_is_refused(typed, column, value):
+    from rindle_app.engine import InvalidInput
+    from rindle_app.engine.changes import apply_changes, parse_changes
+
+    changes = [{"table": "wire_typed", "op": "add", "row": {"id": 1, column: value}}]
+    with pytest.raises(InvalidInput) as info:
+        typed.write(lambda tx: apply_changes(tx, parse_changes(tx.tables, changes, limit=10)))
+    assert info.value.code == "invalid_value" and f"wire_typed.{column}" in str(info.value)
+    assert not Typed.objects.exists()
