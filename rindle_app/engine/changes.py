@@ -7,7 +7,11 @@ A change is ``{"table", "op": "add", "row"}``, ``{"table", "op": "remove", "old"
 or ``{"table", "op": "edit", "old", "row"}``; ``old`` needs only the primary key.
 A row or old image is an object, or positional: a list of one value per column of
 the table's wire schema (``GET /schema``), in its order, as the daemon client sends.
-They apply verbatim, as the original's change-source path does:
+Values are in the wire encoding (``engine.values``, docs/protocol.md "Value
+encoding"): a typed model column's value is stored as Django stores it (a datetime
+as SQLite's text or PostgreSQL's timestamptz, a UUID as SQLite's 32 hex digits),
+and one that is not a value of the column is ``invalid_value``. Otherwise they
+apply verbatim, as the original's change-source path does:
 
 - ``add`` inserts the row; a row with the same key is a conflict (``row_exists``)
   that rolls the whole batch back, since exactly-once admission has already ruled
