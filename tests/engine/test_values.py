@@ -325,3 +325,24 @@ def test_a_written_value_that_is_not_one_of_the_column_is_refused(typed, column,
         typed.write(lambda tx: apply_changes(tx, parse_changes(tx.tables, changes, limit=10)))
     assert info.value.code == "invalid_value" and f"wire_typed.{column}" in str(info.value)
     assert not Typed.objects.exists()
+
+
+def test_without_use_tz_a_datetime_is_local_time_without_a_zone(engine, settings):
+    """USE_TZ=False: the same fixed-width form, naive, without the ``Z``."""
+    settings.USE_TZ = False
+    with connection.cursor() as cursor:
+        cursor.execute('DROP TABLE IF EXISTS "wire_typed"')
+    with connection.schema_editor() as editor:
+        editor.create_model(Typed)
+    try:
+        engine.register_existing_table("wire_typed", model=Typed)
+        Typed.objects.create(id=1, at=datetime.datetime(2026, 12, 1, 19, 6, 57))
+        publish_watermark()
+        live = LiveQueries(engine).start()
+        (row,) = live.catalog.register({"table": "wire_typed"}).view.result()
+        assert row["at"] == "2026-12-01T19:06:57.000000"
+        field = Typed._meta.get_field("at")
+        assert from_wire(field, row["at"]) == Typed.objects.get(id=1).at
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('DROP TABLE IF EXISTS "wire_typed"')
