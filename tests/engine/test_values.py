@@ -346,3 +346,62 @@ def test_without_use_tz_a_datetime_is_local_time_without_a_zone(engine, settings
     finally:
         with connection.cursor() as cursor:
             cursor.execute('DROP TABLE IF EXISTS "wire_typed"')
+
+
+def simple(column, op, value):
+    return {
+        "type": "simple",
+        "op": op,
+        "left": {"type": "column", "name": column},
+        "right": {"type": "literal", "value": value},
+    }
+
+
+def test_a_client_literal_is_normalized_to_the_column_form_and_both_evaluations_agree(typed):
+    """
+    ``at >= "2026-12-01T20:00:00+01:00"`` means the UTC instant: the parsed query holds
+    the fixed-width form, and the live view and the SQL read select the same rows.
+    """
+    from rindle_app.ivm.ast import parse
+
+    for pk, hour in enumerate((18, 19, 20)):
+        Typed.objects.create(
+            id=pk, at=datetime.datetime(2026, 12, 1, hour, tzinfo=UTC), uid=uuid.UUID(int=pk)
+        )
+    ast = {
+        "table": "wire_typed",
+        "where": {
+            "type": "and",
+            "conditions": [
+                simple("at", ">=", "2026-12-01T20:00:00+01:00"),
+                simple("uid", "IN", [str(uuid.UUID(int=1)).upper(), str(uuid.UUID(int=2))]),
+            ],
+        },
+        "orderBy": [["at", "desc"]],
+    }
+    query = parse(ast, typed.tables)
+    assert query.where.conditions[0].value == "2026-12-01T19:00:00.000000Z"
+    assert query.where.conditions[1].value == (str(uuid.UUID(int=1)), str(uuid.UUID(int=2)))
+    publish_watermark()
+    live = LiveQueries(typed).start()
+    view = live.catalog.register(ast).view.result()
+    assert [r["id"] for r in view] == [2, 1]
+    assert view == run_query(query, connection, typed.tables)
+
+
+@pytest.mark.parametrize(
+    "condition, message",
+    [
+        (simple("at", ">=", "yesterday"), "'yesterday' is not a datetime value"),
+        (simple("uid", "=", "x"), "'x' is not a uuid value"),
+        (simple("at", "LIKE", "2026%"), "LIKE on the datetime column wire_typed.at"),
+        (simple("day", "LIKE", "2026%"), "LIKE on the date column wire_typed.day"),
+        (simple("blob", "=", "AP8="), "the binary column wire_typed.blob can only be tested"),
+    ],
+)
+def test_a_literal_that_is_not_a_value_of_its_column_is_refused(typed, condition, message):
+    from rindle_app.ivm.ast import QueryError, parse
+
+    with pytest.raises(QueryError) as info:
+        parse({"table": "wire_typed", "where": condition}, typed.tables)
+    assert message in str(info.value)
