@@ -52,6 +52,17 @@ with isolate_apps("project.demo"):
             db_table = "wire_typed"
             managed = False
 
+    class Keyed(models.Model):
+        """A UUID primary key (32 hex digits in SQLite's outbox key) and a datetime."""
+
+        uid = models.UUIDField(primary_key=True)
+        at = models.DateTimeField()
+
+        class Meta:
+            app_label = "demo"
+            db_table = "wire_keyed"
+            managed = False
+
 
 FIELDS = [f for f in Typed._meta.concrete_fields if not f.primary_key]
 
@@ -405,3 +416,25 @@ def test_a_literal_that_is_not_a_value_of_its_column_is_refused(typed, condition
     with pytest.raises(QueryError) as info:
         parse({"table": "wire_typed", "where": condition}, typed.tables)
     assert message in str(info.value)
+
+
+def test_the_change_stream_sends_keys_and_images_in_the_wire_encoding(engine):
+    """GET /v1/stream's events carry the key and the images as a live view does."""
+    from rindle_app.stream.page import read_page
+
+    with connection.cursor() as cursor:
+        cursor.execute('DROP TABLE IF EXISTS "wire_keyed"')
+    with connection.schema_editor() as editor:
+        editor.create_model(Keyed)
+    try:
+        engine.register_existing_table("wire_keyed", model=Keyed)
+        uid = uuid.uuid4()
+        Keyed.objects.create(uid=uid, at=datetime.datetime(2026, 12, 1, tzinfo=UTC))
+        publish_watermark()
+        page = read_page(engine.using, limit=10, scan=1000, schema=engine.tables)
+        (event,) = [e for e in page.events if e["table"] == "wire_keyed"]
+        assert event["key"] == [str(uid)]
+        assert event["new"] == {"uid": str(uid), "at": "2026-12-01T00:00:00.000000Z"}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('DROP TABLE IF EXISTS "wire_keyed"')
