@@ -192,7 +192,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
         for task in (self._metering, self._session):  # a failure is logged where it happens
             task.add_done_callback(_retrieve)
         self._worker = asyncio.ensure_future(self._work())
-        await self.accept()
+        await self.accept(wire.subprotocol(self.scope))
         if self.token is not None or getattr(self.user, "is_authenticated", False):
             # An anonymous socket has nothing to revoke, so it runs no re-check.
             self._recheck = asyncio.ensure_future(self._recheck_credentials())
@@ -203,7 +203,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if self._runtime.sockets.acquire(key):
             self._principal = key
             return True
-        await self.accept()  # a close code reaches the client only after the handshake
+        # A close code reaches the client only after the handshake.
+        await self.accept(wire.subprotocol(self.scope))
         await self.close(code=limits.CLOSE_TOO_MANY_SOCKETS)
         return False
 

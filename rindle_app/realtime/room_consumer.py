@@ -128,7 +128,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._runtime = get_runtime(None)
         key = limits.principal(self.scope, self.user, self.token)
         if not self._runtime.sockets.acquire(key):
-            await self.accept()  # a close code reaches the client only after the handshake
+            # A close code reaches the client only after the handshake.
+            await self.accept(wire.subprotocol(self.scope))
             await self.close(code=limits.CLOSE_TOO_MANY_SOCKETS)
             return
         self._counted = key
@@ -142,7 +143,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._outbox = asyncio.Queue()
         self._budget = limits.FrameBudget(time.monotonic())
         self._sender = asyncio.ensure_future(self._send_frames())
-        await self.accept()
+        await self.accept(wire.subprotocol(self.scope))
         if self.token is not None or getattr(self.user, "is_authenticated", False):
             self._recheck = asyncio.ensure_future(
                 watch_credentials(
