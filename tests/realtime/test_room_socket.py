@@ -263,6 +263,7 @@ async def test_a_failed_downgrade_seal_is_logged_and_raises_nowhere(live, caplog
 
     class Host:
         closed = None
+        in_flight = False
 
         def seal(self):
             raise Unavailable("the database is down")
