@@ -114,7 +114,8 @@ def _queryset(qs):
     return qs.get_queryset() if hasattr(qs, "get_queryset") else qs  # a manager
 
 
-def _translate(qs):
+def _translate(qs, keep=()):
+    """The AST of ``qs``; a ``select`` keeps the columns in ``keep`` too."""
     query = qs.query
     _check_shape(qs, query)
     out = {"table": query.model._meta.db_table}
@@ -132,6 +133,11 @@ def _translate(qs):
     related = _related(qs)
     if related:
         out["related"] = related
+    if select is not None:
+        # The correlation columns stay, as Django loads them to match the rows (a
+        # deferred one on first use): to the parent, and to each relationship's rows.
+        joined = [c for r in related for c in r["correlation"]["parentField"]]
+        select.extend(dict.fromkeys(c for c in (*keep, *joined) if c not in select))
     return out
 
 
@@ -271,7 +277,11 @@ def _entries(tree):
     for entry, children, _ in tree.values():
         nested = _entries(children)
         if nested:
-            entry["subquery"]["related"] = nested
+            sub = entry["subquery"]
+            sub["related"] = nested
+            if "select" in sub:
+                joined = (c for r in nested for c in r["correlation"]["parentField"])
+                sub["select"].extend(dict.fromkeys(c for c in joined if c not in sub["select"]))
         out.append(entry)
     return out
 
@@ -340,7 +350,7 @@ def _relation(model, name, path, given):
     sub_qs = _queryset(given if given is not None else child._default_manager)
     if sub_qs.model is not child:
         raise unsupported(f"{label}: the Prefetch queryset must be of {child._meta.label}")
-    subquery = _translate(_unprefetched(sub_qs))
+    subquery = _translate(_unprefetched(sub_qs), keep=[c for _, c in pairs])
     if one:
         subquery["one"] = True
     entry = {

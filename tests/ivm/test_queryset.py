@@ -11,9 +11,11 @@ engine holds the same rows as Django after each write.
 import datetime
 
 import pytest
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import connection, models
 from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q
 from django.db.models.functions import Lower
+from django.db.models.query import ModelIterable, ValuesIterable
 from django.test.utils import isolate_apps, register_lookup
 
 from project.demo.models import Comment, Issue, Tag, User
@@ -316,7 +318,7 @@ def test_prefetch_related_becomes_nested_relationships():
     )
     (entry,) = from_queryset(qs)["related"]
     assert entry["correlation"] == {"parentField": ["id"], "childField": ["ownerId"]}
-    assert entry["subquery"]["select"] == ["id", "title"]
+    assert entry["subquery"]["select"] == ["id", "title", "ownerId"]  # the key to its user
     assert [r["subquery"]["alias"] for r in entry["subquery"]["related"]] == ["tags"]
     # A nullable foreign key's reverse side, and a later lookup below a to_attr.
     qs = Crew.objects.prefetch_related(Prefetch("tasks", to_attr="todo"), "todo__crew")
@@ -509,6 +511,24 @@ def data(db):
     with connection.cursor() as cur:
         for ddl in PROBE_DDL:
             cur.execute(ddl)
+    demo_rows()
+    for pk, name in [(1, "Red"), (2, "red"), (3, None)]:
+        Crew.objects.create(id=pk, name=name)
+    tasks = [
+        (1, "a", 1, 1),
+        (2, "A", 2, 2),
+        (3, None, None, None),
+        (4, "ab", None, 3),
+        (5, "Bb", 3, 9),  # a dangling crew
+        (6, "b", 1, None),
+        (7, None, 2, 1),
+    ]
+    for pk, title, rank, crew in tasks:
+        Task.objects.create(id=pk, title=title, rank=rank, crew_id=crew)
+
+
+def demo_rows():
+    """The demo tables' rows every differential case reads."""
     users = {
         "u1": "Alice",
         "u2": "bob",
@@ -554,23 +574,17 @@ def data(db):
         Comment.objects.create(
             id=pk, issue_id=issue, author_id=author, body=body, created_at=created
         )
-    for pk, name in [(1, "Red"), (2, "red"), (3, None)]:
-        Crew.objects.create(id=pk, name=name)
-    tasks = [
-        (1, "a", 1, 1),
-        (2, "A", 2, 2),
-        (3, None, None, None),
-        (4, "ab", None, 3),
-        (5, "Bb", 3, 9),  # a dangling crew
-        (6, "b", 1, None),
-        (7, None, 2, 1),
-    ]
-    for pk, title, rank, crew in tasks:
-        Task.objects.create(id=pk, title=title, rank=rank, crew_id=crew)
 
 
 def rindle_pks(qs):
     """The reference evaluator's primary keys for ``qs``'s translation, over the rows."""
+    query, schema, nodes = rindle_nodes(qs)
+    (pk,) = schema[query.table].primary_key
+    return [node[pk] for node in nodes]
+
+
+def rindle_nodes(qs):
+    """``qs``'s translation, parsed, and the reference evaluator's result over the rows."""
     ast = from_queryset(qs)
     with connection.cursor() as cur:
         schema = Schema(
@@ -585,8 +599,7 @@ def rindle_pks(qs):
             columns = [d[0] for d in cur.description]
             rows[name] = [dict(zip(columns, r)) for r in cur.fetchall()]
     query = parse(ast, schema)
-    (pk,) = schema[query.table].primary_key
-    return [row[pk] for row in evaluate(query, rows, schema)]
+    return query, schema, evaluate(query, rows, schema)
 
 
 def django_pks(qs):
@@ -690,6 +703,34 @@ DIFFERENTIAL = {
     "crews-exclude-null-title": Crew.objects.order_by("id").exclude(tasks__title__isnull=True),
     "exclude-crewmates": TASKS.exclude(crew__tasks__title="a"),
     "crewmates-or": TASKS.filter(Q(crew__tasks__rank=3) | Q(title__isnull=True)),
+    "between": ISSUES.filter(created_at__range=(2, 5)),
+    "between-empty": ISSUES.filter(created_at__range=(5, 2)),
+    "exclude-between": ISSUES.exclude(created_at__range=(2, 5)),
+    "not-between-or": ISSUES.filter(~Q(created_at__range=(2, 5)) | Q(status="done")),
+    "between-text": ISSUES.filter(tags__name__range=("c", "uj")),
+    "exclude-between-text": ISSUES.exclude(tags__name__range=("c", "uj")),
+    "between-owner-comments": ISSUES.filter(owner__comments__created_at__range=(2, 4)),
+    "null-between": TASKS.filter(rank__range=(1, 2)),
+    "null-exclude-between": TASKS.exclude(rank__range=(1, 2)),
+    "null-not-between-and": TASKS.filter(~Q(rank__range=(2, 3), title__isnull=False)),
+    "crews-by-task-between": Crew.objects.order_by("id").filter(tasks__rank__range=(2, 3)),
+    "crews-exclude-task-between": Crew.objects.order_by("id").exclude(tasks__rank__range=(2, 3)),
+    "exclude-no-tags": ISSUES.exclude(tags__isnull=True),
+    "exclude-no-crew": TASKS.exclude(crew__isnull=True),
+    "null-not-isnull": TASKS.filter(~Q(rank__isnull=True)),
+    "crews-with-a-null-rank": Crew.objects.order_by("id").filter(tasks__rank__isnull=True),
+    "crews-exclude-null-rank": Crew.objects.order_by("id").exclude(tasks__rank__isnull=True),
+    "comments-no-author-row": Comment.objects.order_by("id").filter(author__name__isnull=True),
+    "startswith": ISSUES.filter(title__startswith="50"),
+    "exclude-startswith": ISSUES.exclude(title__startswith="50"),
+    "not-startswith-or": ISSUES.filter(~Q(title__startswith="50") | Q(priority="urgent")),
+    "owner-startswith": ISSUES.filter(owner__name__startswith="car"),
+    "exclude-owner-startswith": ISSUES.exclude(owner__name__startswith="car"),
+    "comments-startswith": ISSUES.filter(comments__body__startswith="50"),
+    "exclude-comments-startswith": ISSUES.exclude(comments__body__startswith="needs"),
+    "crews-exclude-title-startswith": Crew.objects.order_by("id").exclude(
+        tasks__title__startswith="ab"
+    ),
     "nulls-first": Task.objects.order_by(F("rank").asc(nulls_first=True), "id"),
     "nulls-last-desc": Task.objects.order_by(F("rank").desc(nulls_last=True), "-id"),
 }
@@ -699,6 +740,108 @@ DIFFERENTIAL = {
 def test_the_evaluator_returns_what_the_queryset_returns(data, name):
     qs = DIFFERENTIAL[name]
     assert rindle_pks(qs) == django_pks(qs)
+
+
+def django_nodes(qs, query):
+    """
+    The rows Django loads for ``qs``, keyed by column: ``values()`` dicts, ``values_list``
+    tuples (named by their fields), or each object's loaded (not deferred) fields and,
+    under each of the translation's relationship aliases, what Django prefetched there.
+    """
+    qs, opts = qs.all(), qs.model._meta  # a fresh clone: the module's querysets cache
+
+    def column(name):
+        return opts.pk.column if name == "pk" else opts.get_field(name).column
+
+    if qs._iterable_class is ValuesIterable:
+        return [{column(k): v for k, v in row.items()} for row in qs]
+    if qs._iterable_class is not ModelIterable:
+        names = qs._fields or [f.attname for f in opts.concrete_fields]
+        return [dict(zip(map(column, names), row)) for row in qs]
+    return [model_node(obj, query) for obj in qs]
+
+
+def model_node(obj, query):
+    deferred = obj.get_deferred_fields()
+    fields = obj._meta.concrete_fields
+    out = {f.column: getattr(obj, f.attname) for f in fields if f.attname not in deferred}
+    for related in query.visible_related:
+        sub = related.subquery
+        try:
+            got = getattr(obj, sub.alias)
+        except ObjectDoesNotExist:  # a dangling non-null key: Django holds no row either
+            got = None
+        if sub.one:
+            out[sub.alias] = None if got is None else model_node(got, sub)
+            continue
+        children = list(got.all()) if hasattr(got, "all") else list(got)
+        if by_pk(sub):  # unordered: Django's order is the database's, rindle's the pk's
+            children.sort(key=lambda o: o.pk)
+        out[sub.alias] = [model_node(c, sub) for c in children]
+    return out
+
+
+def by_pk(query):
+    """Is ``query`` ordered by its (one-column) primary key alone, ascending?"""
+    return len(query.order_by) == 1 and query.order_by[0][1] == "asc"
+
+
+ROWS = {
+    "values": ISSUES.values("title", "owner"),
+    "values-pk": ISSUES.filter(created_at__range=(2, 5)).values("pk", "status"),
+    "values-all": ISSUES.filter(status="todo").values(),
+    "values-list": ISSUES.values_list("status", "created_at"),
+    "values-list-all": TASKS.values_list(),
+    "values-named": TASKS.values_list("title", named=True),
+    "only": ISSUES.only("title"),
+    "only-fk": TASKS.only("crew"),
+    "defer": ISSUES.defer("title", "updated_at"),
+    "prefetch-comments": ISSUES.prefetch_related("comments"),
+    "prefetch-owner": ISSUES.prefetch_related("owner"),  # a dangling owner is None
+    "prefetch-nested": ISSUES.prefetch_related("comments__author"),
+    "prefetch-filtered": ISSUES.prefetch_related(
+        Prefetch("tags", Tag.objects.filter(name__startswith="u").order_by("-name"))
+    ),
+    "prefetch-sliced": ISSUES.prefetch_related(
+        Prefetch("comments", Comment.objects.order_by("-created_at")[:1], to_attr="latest")
+    ),
+    "prefetch-only": User.objects.order_by("id").prefetch_related(
+        Prefetch("owned_issues", Issue.objects.only("title").order_by("created_at", "id"))
+    ),
+    "prefetch-filtered-root": ISSUES.filter(created_at__range=(2, 5))
+    .only("title")
+    .prefetch_related("tags"),
+    "prefetch-nullable-fk": TASKS.prefetch_related("crew"),
+    "prefetch-reverse-nullable": Crew.objects.order_by("id").prefetch_related(
+        Prefetch("tasks", Task.objects.filter(rank__range=(1, 2)).order_by("-rank", "id"))
+    ),
+    "prefetch-below-to-attr": Crew.objects.order_by("id").prefetch_related(
+        Prefetch("tasks", to_attr="todo"), "todo__crew"
+    ),
+    "prefetch-only-then-nested": ISSUES.prefetch_related(
+        Prefetch("comments", Comment.objects.only("body").order_by("id")), "comments__author"
+    ),
+    "prefetch-two-levels-filtered": User.objects.order_by("id").prefetch_related(
+        Prefetch("owned_issues", Issue.objects.exclude(status="done").order_by("id")),
+        Prefetch(
+            "owned_issues__comments", Comment.objects.filter(body__icontains="LGTM").order_by("id")
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_the_evaluator_returns_the_rows_and_prefetches_django_loads(data, name):
+    qs = ROWS[name]
+    query, schema, nodes = rindle_nodes(qs)
+    expected = django_nodes(qs, query)
+    assert expected and any(expected)
+    primary_key = schema[query.table].primary_key
+    # The projection keeps the primary key even where values() left it out.
+    assert all(set(primary_key) <= set(node) for node in nodes)
+    asked = set(expected[0])
+    assert [{k: v for k, v in n.items() if k in asked} for n in nodes] == expected
+    assert all(set(n) - asked <= set(primary_key) for n in nodes)
 
 
 def test_the_differential_cases_are_not_trivial(data):
