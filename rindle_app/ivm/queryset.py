@@ -5,11 +5,12 @@ The translation reads the QuerySet's SQL tree (``qs.query``) and keeps the rows
 Django's own SQL selects. What maps:
 
 - ``filter`` / ``exclude`` / ``Q`` (AND, OR, ``~``) with the lookups ``exact``,
-  ``iexact``, ``lt``, ``lte``, ``gt``, ``gte``, ``in``, ``isnull``, ``contains``,
-  ``icontains``, ``startswith``, ``istartswith``, ``endswith``, ``iendswith``;
-  ``qs.none()``. Negation is pushed into the operators (``=`` → ``!=``, ``IN`` →
-  ``NOT IN``, ``LIKE`` → ``NOT LIKE``, EXISTS → NOT EXISTS, De Morgan for AND/OR),
-  and Django's null handling comes along: ``exclude(x=1)`` on a nullable column is
+  ``iexact``, ``lt``, ``lte``, ``gt``, ``gte``, ``in``, ``range``, ``isnull``,
+  ``contains``, ``icontains``, ``startswith``, ``istartswith``, ``endswith``,
+  ``iendswith``; ``qs.none()``. Negation is pushed into the operators (``=`` → ``!=``,
+  ``IN`` → ``NOT IN``, ``LIKE`` → ``NOT LIKE``, ``range`` (``>= lo AND <= hi``) →
+  ``< lo OR > hi``, EXISTS → NOT EXISTS, De Morgan for AND/OR), and Django's null
+  handling comes along: ``exclude(x=1)`` on a nullable column is
   ``x != 1 OR x IS NULL`` because Django's tree says so.
 - Filters across relations (``owner__name``, ``comments__body__contains``, many
   hops): each join becomes an EXISTS correlated by the join's columns. Conditions
@@ -23,16 +24,43 @@ Django's own SQL selects. What maps:
   ``reverse()``), ``qs[:n]`` as ``limit``, and ``distinct()`` without fields (a
   no-op: rindle rows are distinct). Column names are the database's
   (``field.column``: ``owner`` → ``ownerId``).
+- ``values(*fields)``, ``values_list(*fields)`` (``named=True`` too), ``only()`` and
+  ``defer()`` as the level's ``select``. A ``select`` always keeps the primary key
+  (Django's ``only()`` does; a ``values("title")`` row gains ``id``): the engine and
+  the clients key rows by it. It also keeps the correlation columns Django loads
+  for a prefetch (the foreign key to the parent, the one a nested prefetch follows).
+  ``values()`` with no fields, ``defer(None)`` and a plain QuerySet select the whole
+  row. ``select`` shapes the flat mode's rows (which also keep the ``orderBy``
+  columns) and snapshots; the normalized mode syncs whole rows whatever it says.
+- ``prefetch_related`` as nested ``related`` entries, aliased by the attribute
+  Django fills (the accessor, or ``to_attr``): a forward foreign key or one-to-one
+  is a ``one`` relationship (null when the row is missing, where Django raises
+  ``RelatedObjectDoesNotExist`` on a non-null key), a reverse foreign key its rows.
+  ``"comments__author"`` nests (the comments come along, as in Django).
+  ``Prefetch(lookup, queryset=...)`` translates its queryset as the subquery: its
+  filters, ordering, projection, own ``prefetch_related`` and slice (``[:n]`` is a
+  per-parent ``limit``, as Django's sliced prefetch). Without a queryset the related
+  model's default manager is read, as Django does; the children of an unordered
+  prefetch come in primary-key order.
+- ``select_related`` is ignored on purpose: it changes neither the rows nor their
+  columns, only how Django fetches them, and code adds it for speed to QuerySets
+  whose pages never read the relation. Turning it into a relationship would sync
+  tables nobody shows; a page that shows the owner says
+  ``prefetch_related("owner")``.
 
-What is refused, with ``QueryError(code="unsupported")`` naming the part: other
-lookups and transforms (``regex``, ``range``, ``year``...), F()/OuterRef/subquery
-values outside an EXISTS correlation, non-literal values (dates, decimals...),
-JSON columns, pattern lookups on non-text columns, offsets (``qs[10:20]``: the AST
-pages by keyset ``start``), annotations and aggregates, ``values()`` /
-``values_list()``, ``extra()``, ``distinct(*fields)``, set operations, random or
-related-column ordering, FilteredRelation, multi-table inheritance. Ignored:
-``select_related``, ``prefetch_related``, ``only`` / ``defer`` (rindle syncs whole
-rows of the one table).
+What is refused, with ``QueryError(code="unsupported")`` naming the part and the
+alternative (a supported spelling, or ``rindle_app.queries.table(...)``, the builder
+that writes any AST the engine runs): other lookups and transforms (``regex``,
+``year``...), F()/OuterRef/subquery values outside an EXISTS correlation, values
+that are not literals (see ``_literal``), JSON columns, pattern lookups on non-text
+columns, offsets (``qs[10:20]``: the AST pages by keyset ``start``), annotations and
+aggregates (``values()`` with expressions included), ``values_list(flat=True)``,
+``values()`` / ``only()`` naming a related path (``owner__name``: prefetch the
+relation), ``prefetch_related`` with ``values()``, a many-to-many prefetch (the AST
+nests one foreign key per level: the message names the through model's path that
+maps, ``prefetch_related("memberships__crew")``), generic relations, ``extra()``,
+``distinct(*fields)``, set operations, random or related-column ordering,
+FilteredRelation, multi-table inheritance.
 
 Where rindle's documented value semantics (``compare.py``) differ from a backend:
 
