@@ -27,7 +27,7 @@ from rindle_app.ivm.evaluate import evaluate
 from rindle_app.ivm.fixtures import Schema
 from rindle_app.ivm.live import LiveQueries
 from rindle_app.ivm.queryset import from_queryset
-from rindle_app.testing import publish_watermark
+from rindle_app.testing import fresh_result, publish_watermark
 from tests.support.demo import create_issue
 
 # The demo's columns are all NOT NULL; these two test-only tables have nullable ones
@@ -801,6 +801,12 @@ ROWS = {
     "prefetch-comments": ISSUES.prefetch_related("comments"),
     "prefetch-owner": ISSUES.prefetch_related("owner"),  # a dangling owner is None
     "prefetch-nested": ISSUES.prefetch_related("comments__author"),
+    "prefetch-owner-filtered": ISSUES.prefetch_related(
+        Prefetch("owner", User.objects.filter(name__in=["bob", "dave"]))
+    ),
+    "prefetch-owner-then-issues": Comment.objects.order_by("id").prefetch_related(
+        "author__owned_issues"
+    ),
     "prefetch-filtered": ISSUES.prefetch_related(
         Prefetch("tags", Tag.objects.filter(name__startswith="u").order_by("-name"))
     ),
@@ -905,8 +911,11 @@ def test_a_live_view_holds_what_django_returns_after_each_write(engine):
             primary_key = live.engine.tables.get(view.query.table).primary_key
             expected = django_nodes(qs, view.query)
             seen[name].append(expected)
-            if not same_rows(view.view.result(), expected, primary_key):
+            result = view.view.result()
+            if not same_rows(result, expected, primary_key):
                 wrong.append(f"{name} after {step}")
+            if result != fresh_result(live.engine, view.query):  # the SQL re-run agrees
+                wrong.append(f"{name} after {step}, re-run in SQL")
         return wrong
 
     assert differences("hydration") == []
