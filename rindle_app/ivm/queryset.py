@@ -40,7 +40,8 @@ Django's own SQL selects. What maps:
   ``Prefetch(lookup, queryset=...)`` translates its queryset as the subquery: its
   filters, ordering, projection, own ``prefetch_related`` and slice (``[:n]`` is a
   per-parent ``limit``, as Django's sliced prefetch). Without a queryset the related
-  model's default manager is read, as Django does; the children of an unordered
+  model's manager Django reads is translated (the default manager for a reverse
+  foreign key's rows, the base manager for one row); the children of an unordered
   prefetch come in primary-key order.
 - ``select_related`` is ignored on purpose: it changes neither the rows nor their
   columns, only how Django fetches them, and code adds it for speed to QuerySets
@@ -348,8 +349,8 @@ def _relation(model, name, path, given):
     """
     The related entry for ``model``'s relation ``name`` (a forward foreign key or
     one-to-one: one row; a reverse one: its rows), its subquery translated from
-    ``given`` (a Prefetch's queryset) or the related model's default manager, as
-    Django's prefetch reads it.
+    ``given`` (a Prefetch's queryset) or the related model's manager Django's prefetch
+    reads.
     """
     opts = model._meta
     label = f"prefetch_related({path!r}) on {opts.db_table}"
@@ -375,8 +376,11 @@ def _relation(model, name, path, given):
             f"{label}: the relation {name!r} ({type(field).__name__}) is not supported: "
             "prefetch a foreign key or its reverse, or use the builder's .related(...)"
         )
-    sub_qs = _queryset(given if given is not None else child._default_manager)
-    if sub_qs.model is not child:
+    # Django reads a single related row through the base manager (no custom filters),
+    # a reverse foreign key's rows through the default one.
+    manager = child._base_manager if one else child._default_manager
+    sub_qs = _queryset(given if given is not None else manager)
+    if sub_qs.model._meta.concrete_model is not child._meta.concrete_model:
         raise unsupported(f"{label}: the Prefetch queryset must be of {child._meta.label}")
     subquery = _translate(_unprefetched(sub_qs), keep=[c for _, c in pairs])
     if one:

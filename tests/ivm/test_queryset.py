@@ -63,6 +63,35 @@ with isolate_apps("project.demo"):
             db_table = "ivm_task"
             managed = False
 
+    # Custom default managers: Django prefetches one related row through the base
+    # manager, a reverse foreign key's rows through the default one.
+    class LiveManager(models.Manager):
+        def get_queryset(self):
+            return super().get_queryset().filter(state="live")
+
+    class Shelf(models.Model):
+        id = models.IntegerField(primary_key=True)
+        state = models.TextField()
+        objects = LiveManager()
+
+        class Meta:
+            app_label = "demo"
+            db_table = "ivm_shelf"
+            managed = False
+
+    class Book(models.Model):
+        id = models.IntegerField(primary_key=True)
+        state = models.TextField()
+        shelf = models.ForeignKey(
+            Shelf, on_delete=models.DO_NOTHING, db_constraint=False, related_name="books"
+        )
+        objects = LiveManager()
+
+        class Meta:
+            app_label = "demo"
+            db_table = "ivm_book"
+            managed = False
+
     # Many-to-many relations, for their refusals only (no tables).
     class Squad(models.Model):
         id = models.IntegerField(primary_key=True)
@@ -89,8 +118,11 @@ PROBE_DDL = [
     'CREATE TABLE "ivm_crew" ("id" integer PRIMARY KEY, "name" text NULL)',
     'CREATE TABLE "ivm_task" ("id" integer PRIMARY KEY, "title" text NULL, '
     '"rank" integer NULL, "due" date NULL, "crewId" integer NULL)',
+    'CREATE TABLE "ivm_shelf" ("id" integer PRIMARY KEY, "state" text NOT NULL)',
+    'CREATE TABLE "ivm_book" ("id" integer PRIMARY KEY, "state" text NOT NULL, '
+    '"shelf_id" integer NOT NULL)',
 ]
-MODELS = [User, Issue, Tag, Comment, Crew, Task]
+MODELS = [User, Issue, Tag, Comment, Crew, Task, Shelf, Book]
 
 
 def on(parent, child, sub, *, negated=False):
@@ -527,6 +559,10 @@ def data(db):
     ]
     for pk, title, rank, crew in tasks:
         Task.objects.create(id=pk, title=title, rank=rank, crew_id=crew)
+    for pk, state in [(1, "live"), (2, "archived")]:
+        Shelf.objects.create(id=pk, state=state)
+    for pk, state, shelf in [(1, "live", 1), (2, "archived", 1), (3, "live", 2), (4, "live", 1)]:
+        Book.objects.create(id=pk, state=state, shelf_id=shelf)
 
 
 def demo_rows():
@@ -829,6 +865,9 @@ ROWS = {
     "prefetch-only-then-nested": ISSUES.prefetch_related(
         Prefetch("comments", Comment.objects.only("body").order_by("id")), "comments__author"
     ),
+    # The live books of the live shelves; each live book with its shelf, archived or not.
+    "prefetch-default-manager": Shelf.objects.order_by("id").prefetch_related("books"),
+    "prefetch-base-manager": Book.objects.order_by("id").prefetch_related("shelf"),
     "prefetch-two-levels-filtered": User.objects.order_by("id").prefetch_related(
         Prefetch("owned_issues", Issue.objects.exclude(status="done").order_by("id")),
         Prefetch(
