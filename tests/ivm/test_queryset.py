@@ -92,6 +92,15 @@ with isolate_apps("project.demo"):
             db_table = "ivm_book"
             managed = False
 
+    class Cover(models.Model):  # a one-to-one, translated only (no table)
+        id = models.IntegerField(primary_key=True)
+        book = models.OneToOneField(Book, on_delete=models.DO_NOTHING, related_name="cover")
+
+        class Meta:
+            app_label = "demo"
+            db_table = "ivm_cover"
+            managed = False
+
     # Many-to-many relations, for their refusals only (no tables).
     class Squad(models.Model):
         id = models.IntegerField(primary_key=True)
@@ -363,6 +372,16 @@ def test_prefetch_related_becomes_nested_relationships():
         "alias": "crew",
         "one": True,
     }
+    # A one-to-one is one row from either side.
+    assert from_queryset(Book.objects.prefetch_related("cover"))["related"] == [
+        {
+            "correlation": {"parentField": ["id"], "childField": ["book_id"]},
+            "subquery": {"table": "ivm_cover", "alias": "cover", "one": True},
+        }
+    ]
+    (entry,) = from_queryset(Cover.objects.prefetch_related("book"))["related"]
+    assert entry["correlation"] == {"parentField": ["book_id"], "childField": ["id"]}
+    assert entry["subquery"]["one"] is True
     # select_related changes no rows: it adds nothing.
     assert from_queryset(Issue.objects.select_related("owner")) == {"table": "issue"}
 
