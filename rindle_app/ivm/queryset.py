@@ -273,8 +273,21 @@ def _select(qs, query):
     return list(dict.fromkeys(f.column for f in chosen))
 
 
+def _is_relation(opts, name):
+    try:
+        return opts.get_field(name).is_relation
+    except FieldDoesNotExist:
+        return False
+
+
 def _projected(opts, name, what):
     label = f"{what}({name!r}) on {opts.db_table}"
+    head = name.split("__")[0]
+    if "__" in name and not _is_relation(opts, head):
+        raise unsupported(
+            f"{label}: a transform of a column is not supported: select {head!r} and "
+            "derive the value where it is shown"
+        )
     if "__" in name:
         raise unsupported(
             f"{label}: a related table's column is not supported: use "

@@ -483,6 +483,10 @@ def test_from_queryset_validates_against_a_schema():
         (lambda: Issue.objects.values_list("id", flat=True), "values_list(flat=True)"),
         (lambda: Issue.objects.values("owner__name"), "values('owner__name') on issue"),
         (lambda: Issue.objects.values("tags"), "values('tags') on issue: 'tags' is not"),
+        (
+            lambda: Task.objects.values("due__year"),
+            "values('due__year') on ivm_task: a transform",
+        ),
         (lambda: Issue.objects.values(t=Lower("title")), "annotations ['t']"),
         (lambda: Issue.objects.only("owner__name"), "only('owner__name') on issue"),
         (lambda: Issue.objects.prefetch_related("nope"), "'nope' is not a relation"),
