@@ -221,6 +221,12 @@ def build(tmp_path, database_url):
         [python, "-m", "django", "startproject", "mysite"], cwd=tmp_path, env=env, check=True
     )
     project = Project(tmp_path / "mysite", python, env)
+    leaks = project.run(
+        "-c",
+        "import importlib.util as u\n"
+        "print(*[m for m in ('project', 'tests', 'bench') if u.find_spec(m)])",
+    )
+    assert leaks.strip() == "", f"the new project can import the checkout's {leaks}"
     project.manage("startapp", "shop")
     for path, append, text in files:
         target = project.root / path
@@ -321,13 +327,18 @@ def drive_the_page(browser, base, mutate_path, body, args, token):
 
         # The guide's curl: another principal's mutation over HTTP reaches the page live.
         status, outcome = post_json(base + mutate_path, body, token)
-        assert status == 200 and outcome["accepted"] is True, (status, outcome)
+        assert status == 200, (status, outcome)
+        assert (outcome["accepted"], outcome["rejected"], outcome["lmid"]) == (True, False, 1)
         order, (line,) = args["id"], args["lines"]
         recent = f"{args['customer']} (open): {line['quantity']} × {line['product']}"
         wait_text(page, f'#recent li[data-id="{order}"]', recent)
         wait_text(page, "#open-count", "(1)")
 
-        # The same id again is the mutator's own rejection, with its code.
+        # The same mid again is absorbed, not applied twice.
+        status, outcome = post_json(base + mutate_path, body, token)
+        assert status == 200 and outcome.get("duplicate") is True, (status, outcome)
+
+        # The same id under the next mid is the mutator's own rejection, with its code.
         again = {"envelope": {**body["envelope"], "mid": body["envelope"]["mid"] + 1}}
         status, outcome = post_json(base + mutate_path, again, token)
         assert status == 200 and outcome["rejected"] is True, (status, outcome)
