@@ -356,6 +356,7 @@ def drive_the_page(browser, base, mutate_path, body, args, token):
         wait_text(page, "#open-count", "(1)")
         wait_text(page, f'#recent li[data-id="{order}"]', recent.replace("(open)", "(closed)"))
         assert page.locator(f'#open li[data-id="{order}"]').count() == 0
+        assert page.inner_text("#problem") == ""
         assert errors == [], errors
     except Exception as exc:
         page.screenshot(path=str(ARTIFACTS / "adoption-orders.png"), full_page=True)
