@@ -14,7 +14,8 @@ names on its first line. The convention, which reads as a plain comment to a per
   sent with the body the guide gives.
 
 Paths are relative to the directory holding ``manage.py``. Then ``makemigrations shop``,
-``migrate``, ``createsuperuser`` and the guide's ``rindle_token_create`` run, and
+``migrate``, ``check --database default --fail-level WARNING``, ``createsuperuser`` and
+the guide's ``rindle_token_create`` run, and
 ``manage.py runserver`` (Daphne) serves the project on a free port. Chromium signs in
 through the admin's login and opens the guide's orders page, which subscribes to the
 guide's two named queries with ``rindle.js``. The guide's ``curl`` mutation (placeOrder,
@@ -260,6 +261,9 @@ def test_the_guide_builds_a_live_project(tmp_path):
             assert command in shell, f"the guide's Setup no longer says {command!r}"
         project.manage("makemigrations", "shop")
         project.manage("migrate", "--noinput")
+        # Every system check passes, warnings and database checks included (an unknown
+        # RINDLE key, a SQLite database without IMMEDIATE, a missing SQL sandbox role).
+        project.manage("check", "--database", "default", "--fail-level", "WARNING")
         username, password = ADMIN
         project.manage(
             "createsuperuser",
