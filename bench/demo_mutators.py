@@ -12,7 +12,8 @@ in this process. Each workload sends ``--n`` mutations of one demo mutator with
 per commit (validation of the arguments by the mutator's serializer included).
 ``createIssue`` creates the issues the other workloads then edit. The workloads run
 ``--repeats`` times in a rotated order after a short warm-up; the median mutations/s
-of the repeats is reported and written to bench/results/demo_mutators-<backend>.json.
+of the repeats, and the median CPU time of the process per mutation (caller and
+writer threads), are reported and written to bench/results/demo_mutators-<backend>.json.
 """
 
 import argparse
@@ -96,16 +97,20 @@ def main(argv=None):
         user = get_user_model().objects.create_user("ada")
         run_token = uuid.uuid4().hex[:8]
         issues = []
+        # CPU time of this process (caller and writer thread) per mutation: less
+        # sensitive than the rate to other processes on a shared machine.
+        cpu_us = {key: [] for key in WORKLOADS}
 
         def run(name, tag, n):
             client = f"{run_token}-{tag}"
             batch = [args_of(name, f"{run_token}-{tag}", i, issues) for i in range(n)]
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             for mid, mutation_args in enumerate(batch, 1):
                 result = engine.mutate(client, mid, name, mutation_args, user=user)
                 if result.status != "applied":
                     raise BenchError(f"{name} {mid} was {result.status}: {result.reason}")
             elapsed = time.perf_counter() - t0
+            cpu_us[name].append((time.process_time() - cpu0) * 1e6 / n)
             if name == "createIssue":
                 issues.extend(a["id"] for a in batch)
             return n / elapsed
@@ -122,14 +127,18 @@ def main(argv=None):
             raise BenchError("an issue createIssue applied is missing")
         print()
         print(f"demo mutators: {db.backend}, n={args.n} per run, repeats={args.repeats}")
-        print(f"  {'mutator':<14}{'median mutations/s':>20}{'min..max':>18}{'µs/mutation':>14}")
+        print(
+            f"  {'mutator':<14}{'median mutations/s':>20}{'min..max':>18}{'µs/mutation':>14}"
+            f"{'CPU µs/mutation':>17}"
+        )
         results = {}
         for key in keys:
             ops = samples[key]
             median = statistics.median(ops)
-            results[key] = {"median_ops_s": median, "ops_s": ops}
+            cpu = statistics.median(cpu_us[key][-len(ops) :])
+            results[key] = {"median_ops_s": median, "ops_s": ops, "median_cpu_us": cpu}
             spread = f"{min(ops):,.0f}..{max(ops):,.0f}"
-            print(f"  {key:<14}{median:>20,.0f}{spread:>18}{1e6 / median:>14,.0f}")
+            print(f"  {key:<14}{median:>20,.0f}{spread:>18}{1e6 / median:>14,.0f}{cpu:>17,.0f}")
         body = {
             "config": {"n": args.n, "repeats": args.repeats, "warmup": args.warmup},
             "environment": env,
