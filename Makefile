@@ -3,14 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 NODE_STAMP := tests/e2e/node/node_modules/.installed
 
 .PHONY: install install-test demo test bench
 
+# The demo's packages (requirements.txt). A changed file reinstalls.
 $(STAMP): requirements.txt
-	$(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $(STAMP)
+
+# The suite's tools besides (requirements-test.txt, which includes requirements.txt):
+# reinstalled when either file changes.
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $(TEST_STAMP)
 
 # The published npm clients the judge tests run (tests/e2e/node); without npm they are
 # skipped (under CI=true they fail).
@@ -24,8 +32,9 @@ $(NODE_STAMP): tests/e2e/node/package-lock.json
 # What the demo needs: the Python packages.
 install: $(STAMP)
 
-# What the tests need besides: the npm clients and Debian's chromium (browser tests).
-install-test: install $(NODE_STAMP)
+# What the tests need besides: the test tools, the npm clients and Debian's chromium
+# (browser tests).
+install-test: install $(TEST_STAMP) $(NODE_STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 # Demo mode: DEBUG on (the open sign-in, anonymous mutations reaching the demo's

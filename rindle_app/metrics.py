@@ -143,8 +143,28 @@ class EngineCollector:
             "it was forgotten).",
             labels=["database"],
         )
+        waiting = GaugeMetricFamily(
+            "rindle_stream_waiters",
+            "GET /v1/stream requests of this process waiting for events (long-poll or "
+            "text/event-stream), and the most it admits at once "
+            "(RINDLE['STREAM_LONG_POLL_MAX_WAITERS'], per process), by kind.",
+            labels=["database", "kind"],
+        )
+        busy = CounterMetricFamily(
+            "rindle_stream_busy",
+            "GET /v1/stream requests refused with stream_busy: the waiters were at the limit.",
+            labels=["database"],
+        )
         for runtime in runtimes():
             using, engine = runtime.using, runtime.running_engine
+            bell = runtime.running_bell
+            if bell is not None:
+                from .stream.bell import max_waiters
+
+                limit = max_waiters() if bell.max_waiters is None else bell.max_waiters
+                waiting.add_metric([using, "waiting"], bell.waiting)
+                waiting.add_metric([using, "limit"], limit)
+                busy.add_metric([using], bell.refused)
             if engine is None:
                 continue
             producers.add_metric([using], engine.producer_census.get())
@@ -165,6 +185,8 @@ class EngineCollector:
         yield resnapshots
         yield store_rows
         yield store_reads
+        yield waiting
+        yield busy
 
     def describe(self):
         return []

@@ -316,6 +316,19 @@ class FlowTombstone(models.Model):
         return f"{self.namespace} generation {self.generation}"
 
 
+class Usage(FlowTombstone):
+    """
+    The admin index's "Usage" entry, whose changelist is the usage ledger's fleet
+    page. A proxy with no table of its own: the admin lists models only, and the
+    ledger's kept rows (``FlowDayRecord``) have a composite key it cannot register.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = "usage"
+        verbose_name_plural = "usage"
+
+
 class StreamState(models.Model):
     """
     One change stream over the outbox (``stream.state``): how far readers may go,

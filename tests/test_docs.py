@@ -52,18 +52,18 @@ def _anchors(path):
 
 def test_settings_page_is_current():
     """docs/reference/settings.md is what rindle_docs generates from conf.py today."""
-    assert (REFERENCE_DIR / "settings.md").read_text(encoding="utf-8") == render_settings()
+    assert (ROOT / REFERENCE_DIR / "settings.md").read_text(encoding="utf-8") == render_settings()
 
 
 def test_checks_page_is_current():
     """docs/reference/checks.md is what rindle_docs generates from checks.py today."""
-    assert (REFERENCE_DIR / "checks.md").read_text(encoding="utf-8") == render_checks()
+    assert (ROOT / REFERENCE_DIR / "checks.md").read_text(encoding="utf-8") == render_checks()
 
 
 def test_every_setting_has_a_row_with_its_default():
     """Each RINDLE key appears in the settings page's table with its default."""
     rows = {}
-    for line in (REFERENCE_DIR / "settings.md").read_text(encoding="utf-8").splitlines():
+    for line in (ROOT / REFERENCE_DIR / "settings.md").read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.split(" | ")]
         if line.startswith("| `") and len(cells) >= 3:
             keys = re.findall(r"`(\w+)`", cells[0])
@@ -76,7 +76,7 @@ def test_every_setting_has_a_row_with_its_default():
 def test_every_check_id_is_documented():
     """Every rindle check id the checks module can emit has a row in checks.md."""
     source = (ROOT / "rindle_app" / "checks.py").read_text(encoding="utf-8")
-    page = (REFERENCE_DIR / "checks.md").read_text(encoding="utf-8")
+    page = (ROOT / REFERENCE_DIR / "checks.md").read_text(encoding="utf-8")
     ids = set(re.findall(r'id="(rindle\.[EW]\d{3})"', source))
     assert ids and all(f"| `{i}` |" in page for i in ids)
 

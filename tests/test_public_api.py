@@ -137,9 +137,14 @@ def test_the_demo_imports_only_the_public_api():
     assert all(f"``{name}``" in rindle_app.__doc__ for name in ALSO_PUBLIC)
 
 
-def test_the_readme_examples_import_only_the_public_api():
-    """The README's Python examples parse, and import rindle only through public modules."""
-    blocks = _python_blocks((ROOT / "README.md").read_text())
+def test_the_adoption_examples_import_only_the_public_api():
+    """
+    The Python examples of the README and of the guide's Setup (the adoption guide a new
+    project copies) parse, and import rindle only through public modules.
+    """
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    setup = guide[guide.index("\n## Setup\n") : guide.index("\n## The engine\n")]
+    blocks = _python_blocks((ROOT / "README.md").read_text()) + _python_blocks(setup)
     used = {m for block in blocks for m in _rindle_imports(block)}
-    assert "rindle_app.mutators" in used
+    assert {"rindle_app.mutators", "rindle_app.queries", "rindle_app.asgi"} <= used
     assert used - set(PUBLIC_MODULES + ALSO_PUBLIC) == set()

@@ -3,8 +3,9 @@ The issue tracker's mutators, ported from the original's ``shared/app-def.ts``
 and its server-only overrides.
 
 Arguments are validated and normalized by the serializers below, so a mutator
-receives clean values. The acting user's id is ``user.username``; it never comes
-from the arguments. Gated writes (deleting an issue, editing a comment) from
+receives clean values; it writes with the Django ORM (the room's in-memory mutators
+at the end are the exception). The acting user's id is ``user.username``; it never
+comes from the arguments. Gated writes (deleting an issue, editing a comment) from
 someone who may not make them are accepted and change nothing, like the
 original's owner-gated delete, so a client's optimistic state simply snaps back.
 """
@@ -14,7 +15,7 @@ from rest_framework import serializers
 
 from rindle_app.mutators import MutationRejected, mutator, room_mutator
 
-from .models import PRIORITIES, STATUSES
+from .models import PRIORITIES, STATUSES, Comment, Issue, Tag, User
 
 TITLE_MAX = 180
 OWNER_MAX = 40
@@ -167,8 +168,8 @@ def acting_user_id(user):
     return user.username
 
 
-def ensure_user(tx, user_id):
-    tx.insert_ignore("user", {"id": user_id, "name": user_id})
+def ensure_user(user_id):
+    User.objects.get_or_create(id=user_id, defaults={"name": user_id})
 
 
 def reject_spam(title):
@@ -176,8 +177,12 @@ def reject_spam(title):
         raise MutationRejected("titles mentioning spam are not allowed", code="spam")
 
 
-def touch(tx, issue_id, changes, updated_at):
-    tx.update("issue", {"id": issue_id}, {**changes, "updatedAt": updated_at})
+def touch(issue_id, updated_at, **changes):
+    """
+    Set ``changes`` on the issue and bump its updatedAt; true if the issue exists
+    (a missing issue: no-op, false).
+    """
+    return Issue.objects.filter(pk=issue_id).update(updated_at=updated_at, **changes) == 1
 
 
 def unique_tags(tags):
@@ -191,82 +196,74 @@ def unique_tags(tags):
 
 
 # --- mutators --------------------------------------------------------------------------
+#
+# Plain Django ORM: inside a mutator the engine's writer connection is the thread's
+# connection, so these queries run in the mutation's transaction, are captured like
+# any write, and roll back with a rejection.
 
 
 @mutator("createIssue", args=CreateIssueArgs)
 def create_issue(tx, args, user):
     author = acting_user_id(user)
     reject_spam(args["title"])
-    ensure_user(tx, args["owner"])
-    ensure_user(tx, author)
-    issue_id, created = args["id"], args["createdAt"]
-    tx.insert(
-        "issue",
-        {
-            "id": issue_id,
-            "title": args["title"],
-            "status": args["status"],
-            "priority": args["priority"],
-            "ownerId": args["owner"],
-            "createdAt": created,
-            "updatedAt": created,
-        },
+    ensure_user(args["owner"])
+    ensure_user(author)
+    issue = Issue.objects.create(
+        id=args["id"],
+        title=args["title"],
+        status=args["status"],
+        priority=args["priority"],
+        owner_id=args["owner"],
+        created_at=args["createdAt"],
+        updated_at=args["createdAt"],
     )
-    tx.insert(
-        "comment",
-        {
-            "id": args["descriptionCommentId"],
-            "issueId": issue_id,
-            "authorId": author,
-            "body": args["description"],
-            "createdAt": created,
-        },
+    Comment.objects.create(
+        id=args["descriptionCommentId"],
+        issue=issue,
+        author_id=author,
+        body=args["description"],
+        created_at=issue.created_at,
     )
-    for tag in unique_tags(args["tags"]):
-        tx.insert("tag", {"id": tag["id"], "issueId": issue_id, "name": tag["name"]})
+    Tag.objects.bulk_create(
+        Tag(id=tag["id"], issue=issue, name=tag["name"]) for tag in unique_tags(args["tags"])
+    )
 
 
 @mutator("editTitle", args=EditTitleArgs)
 def edit_title(tx, args, user):
     reject_spam(args["title"])
-    touch(tx, args["id"], {"title": args["title"]}, args["updatedAt"])
+    touch(args["id"], args["updatedAt"], title=args["title"])
 
 
 @mutator("setStatus", args=SetStatusArgs)
 def set_status(tx, args, user):
-    touch(tx, args["id"], {"status": args["status"]}, args["updatedAt"])
+    touch(args["id"], args["updatedAt"], status=args["status"])
 
 
 @mutator("setPriority", args=SetPriorityArgs)
 def set_priority(tx, args, user):
-    touch(tx, args["id"], {"priority": args["priority"]}, args["updatedAt"])
+    touch(args["id"], args["updatedAt"], priority=args["priority"])
 
 
 @mutator("setOwner", args=SetOwnerArgs)
 def set_owner(tx, args, user):
-    ensure_user(tx, args["owner"])
-    touch(tx, args["id"], {"ownerId": args["owner"]}, args["updatedAt"])
+    ensure_user(args["owner"])
+    touch(args["id"], args["updatedAt"], owner_id=args["owner"])
 
 
 @mutator("addTag", args=AddTagArgs)
 def add_tag(tx, args, user):
     """Tag an existing issue, unless it already carries a tag of that name."""
     issue_id, name = args["issueId"], args["name"]
-    tx.execute(
-        'INSERT INTO "tag" ("id", "issueId", "name") SELECT %s, %s, %s '
-        'WHERE EXISTS (SELECT 1 FROM "issue" WHERE "id" = %s) '
-        'AND NOT EXISTS (SELECT 1 FROM "tag" WHERE "issueId" = %s AND "name" = %s)',
-        [args["id"], issue_id, name, issue_id, issue_id, name],
-    )
-    touch(tx, issue_id, {}, args["updatedAt"])
+    if touch(issue_id, args["updatedAt"]):
+        if not Tag.objects.filter(issue_id=issue_id, name=name).exists():
+            Tag.objects.create(id=args["id"], issue_id=issue_id, name=name)
 
 
 @mutator("removeTag", args=RemoveTagArgs)
 def remove_tag(tx, args, user):
-    tx.execute(
-        'DELETE FROM "tag" WHERE "id" = %s AND "issueId" = %s', [args["id"], args["issueId"]]
-    )
-    touch(tx, args["issueId"], {}, args["updatedAt"])
+    Tag.objects.filter(pk=args["id"], issue_id=args["issueId"]).delete()
+    touch(args["issueId"], args["updatedAt"])
 
 
 @mutator("addComment", args=AddCommentArgs)
@@ -276,14 +273,16 @@ def add_comment(tx, args, user):
     as every edit of an issue does (a missing issue: no-op).
     """
     author = acting_user_id(user)
-    ensure_user(tx, author)
+    ensure_user(author)
     issue_id = args["issueId"]
-    tx.execute(
-        'INSERT INTO "comment" ("id", "issueId", "authorId", "body", "createdAt") '
-        'SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM "issue" WHERE "id" = %s)',
-        [args["id"], issue_id, author, args["body"], args["createdAt"], issue_id],
-    )
-    touch(tx, issue_id, {}, args.get("updatedAt", args["createdAt"]))
+    if touch(issue_id, args.get("updatedAt", args["createdAt"])):
+        Comment.objects.create(
+            id=args["id"],
+            issue_id=issue_id,
+            author_id=author,
+            body=args["body"],
+            created_at=args["createdAt"],
+        )
 
 
 @mutator("editComment", args=EditCommentArgs)
@@ -292,26 +291,21 @@ def edit_comment(tx, args, user):
     Only the comment's author edits it, which bumps its issue's updatedAt; anyone
     else's edit changes nothing, the issue included.
     """
-    author = acting_user_id(user)
-    tx.execute(
-        'UPDATE "comment" SET "body" = %s WHERE "id" = %s AND "authorId" = %s',
-        [args["body"], args["id"], author],
-    )
-    tx.execute(
-        'UPDATE "issue" SET "updatedAt" = %s WHERE "id" = '
-        '(SELECT "issueId" FROM "comment" WHERE "id" = %s AND "authorId" = %s)',
-        [args["updatedAt"], args["id"], author],
-    )
+    mine = Comment.objects.filter(pk=args["id"], author_id=acting_user_id(user))
+    if mine.update(body=args["body"]):
+        Issue.objects.filter(comments__pk=args["id"]).update(updated_at=args["updatedAt"])
 
 
 @mutator("deleteIssue", args=DeleteIssueArgs)
 def delete_issue(tx, args, user):
     """Only the owner deletes an issue, children first; anyone else's delete is a no-op."""
-    gate = [args["id"], acting_user_id(user)]
-    owned = 'SELECT "id" FROM "issue" WHERE "id" = %s AND "ownerId" = %s'
-    tx.execute(f'DELETE FROM "comment" WHERE "issueId" = ({owned})', gate)
-    tx.execute(f'DELETE FROM "tag" WHERE "issueId" = ({owned})', gate)
-    tx.execute('DELETE FROM "issue" WHERE "id" = %s AND "ownerId" = %s', gate)
+    owned = Issue.objects.filter(pk=args["id"], owner_id=acting_user_id(user))
+    if owned.exists():
+        # The references are not enforced by the database (as in the original), so
+        # the children go explicitly.
+        Comment.objects.filter(issue_id=args["id"]).delete()
+        Tag.objects.filter(issue_id=args["id"]).delete()
+        owned.delete()
 
 
 # --- the issue room's mutators ---------------------------------------------------------
@@ -319,6 +313,8 @@ def delete_issue(tx, args, user):
 # In a room (two or more people on one issue, RINDLE["ROOMS_ENABLED"]), these run in
 # the room host's memory and reach the other people at once; the host flushes them
 # to the database in batches. Same names, arguments and effects as the mutators above.
+# They stay on the room's ``tx`` (``get``/``edit`` over in-memory rows), not the ORM:
+# nothing reaches the database until the host's flush, which is what makes a room fast.
 
 
 _ROOM_FIELDS = {}

@@ -180,3 +180,32 @@ class FlowTombstoneAdmin(ReadOnlyAdmin):
                 messages.WARNING,
             )
         return HttpResponseRedirect(flow_url("fleet"))
+
+
+@admin.register(models.Usage)
+class UsageAdmin(admin.ModelAdmin):
+    """
+    The admin index's "Usage" entry: its changelist is the fleet page, for whoever
+    may read the flow pages. It has no rows of its own to add, change or delete.
+    """
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm(FLOW_VIEW_PERMISSION)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.changelist_view)
+        return [path("", view, name="rindle_app_usage_changelist")]
+
+    def changelist_view(self, request, extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(flow_url("fleet"))

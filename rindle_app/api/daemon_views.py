@@ -12,7 +12,6 @@ socket of the same client id still sees its lmid row.
 
 import secrets
 
-from django.db import DatabaseError
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -33,14 +32,13 @@ from ..engine.public_sql.attributed import (
     stored_key,
     stored_lmid,
 )
-from ..engine.writer import is_infrastructure_error
-from ..exceptions import INVALID_REQUEST, UNSUPPORTED, SessionGone
+from ..exceptions import INVALID_REQUEST, SessionGone
 from ..ivm.ast import QueryError, parse, query_key
-from ..stream.reader import read_query
 from .ingest_views import StrictBodyView
 from .migrate_views import MigrationSerializer, _parse
 from .serializers import ErrorResponse, StrictCharField, StrictIntegerField
 from .sql_views import CONSISTENCY
+from .views import read_once
 
 MAX_MID = 2**53 - 1  # the original's mids are JS numbers
 
@@ -319,19 +317,9 @@ class QueryOnceView(DaemonView):
     def post(self, request):
         data = self.validated(QueryOnceRequest)
         engine = get_engine()
-        query = parsed_ast(engine, data["ast"])
-        if query.aggregate is not None:
-            raise InvalidInput("a root aggregate has no rows to read", code=UNSUPPORTED)
-        try:
-            cv, view = read_query(engine.using, query, engine.tables)
-        except DatabaseError as exc:
-            if is_infrastructure_error(exc):
-                raise Unavailable(f"the database is unavailable: {exc}") from exc
-            raise
-        if query.one:  # the SSR store maps over rows: a one-query is 0 or 1 rows
-            view = [] if view is None else [view]
-        body = {"rows": view, "cvMin": cv, "queryKey": query_key(query), "bootId": engine.boot_id}
-        return Response(body)
+        # A raw AST is the caller's: an aggregate there is its input's fault.
+        body = read_once(engine, parsed_ast(engine, data["ast"]), refusal=InvalidInput)
+        return Response({**body, "bootId": engine.boot_id})
 
 
 class SqlReadView(DaemonView):

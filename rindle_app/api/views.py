@@ -285,18 +285,28 @@ class ReadView(RindleView):
     def post(self, request):
         data = self.validated(s.ReadRequest)
         engine, query = resolve(data["name"], data["args"], request.user)
-        if query.aggregate is not None:
-            raise QueryError("a root aggregate has no rows to read", code=UNSUPPORTED)
-        try:
-            cv, view = read_query(engine.using, query, engine.tables)
-        except DatabaseError as exc:
-            if is_infrastructure_error(exc):
-                raise Unavailable(f"the database is unavailable: {exc}") from exc
-            raise
-        # The clients' SSR store maps over rows: a one-query is 0 or 1 rows, not an object.
-        if query.one:
-            view = [] if view is None else [view]
-        return Response({"rows": view, "cvMin": cv, "queryKey": query_key(query)})
+        # A named query's definition is the server's: an aggregate there is its bug.
+        return Response(read_once(engine, query, refusal=QueryError))
+
+
+def read_once(engine, query, *, refusal):
+    """
+    ``{rows, cvMin, queryKey}`` of ``query`` read once (the SSR read of ``/read`` and
+    the daemon's ``/query``). A root aggregate has no rows: ``refusal`` (the error
+    class of whoever is at fault) says so. The clients' SSR store maps over rows,
+    so a one-query is 0 or 1 rows, not an object.
+    """
+    if query.aggregate is not None:
+        raise refusal("a root aggregate has no rows to read", code=UNSUPPORTED)
+    try:
+        cv, view = read_query(engine.using, query, engine.tables)
+    except DatabaseError as exc:
+        if is_infrastructure_error(exc):
+            raise Unavailable(f"the database is unavailable: {exc}") from exc
+        raise
+    if query.one:
+        view = [] if view is None else [view]
+    return {"rows": view, "cvMin": cv, "queryKey": query_key(query)}
 
 
 class MutateView(RindleView):

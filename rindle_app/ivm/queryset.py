@@ -5,11 +5,12 @@ The translation reads the QuerySet's SQL tree (``qs.query``) and keeps the rows
 Django's own SQL selects. What maps:
 
 - ``filter`` / ``exclude`` / ``Q`` (AND, OR, ``~``) with the lookups ``exact``,
-  ``iexact``, ``lt``, ``lte``, ``gt``, ``gte``, ``in``, ``isnull``, ``contains``,
-  ``icontains``, ``startswith``, ``istartswith``, ``endswith``, ``iendswith``;
-  ``qs.none()``. Negation is pushed into the operators (``=`` → ``!=``, ``IN`` →
-  ``NOT IN``, ``LIKE`` → ``NOT LIKE``, EXISTS → NOT EXISTS, De Morgan for AND/OR),
-  and Django's null handling comes along: ``exclude(x=1)`` on a nullable column is
+  ``iexact``, ``lt``, ``lte``, ``gt``, ``gte``, ``in``, ``range``, ``isnull``,
+  ``contains``, ``icontains``, ``startswith``, ``istartswith``, ``endswith``,
+  ``iendswith``; ``qs.none()``. Negation is pushed into the operators (``=`` → ``!=``,
+  ``IN`` → ``NOT IN``, ``LIKE`` → ``NOT LIKE``, ``range`` (``>= lo AND <= hi``) →
+  ``< lo OR > hi``, EXISTS → NOT EXISTS, De Morgan for AND/OR), and Django's null
+  handling comes along: ``exclude(x=1)`` on a nullable column is
   ``x != 1 OR x IS NULL`` because Django's tree says so.
 - Filters across relations (``owner__name``, ``comments__body__contains``, many
   hops): each join becomes an EXISTS correlated by the join's columns. Conditions
@@ -29,16 +30,44 @@ Django's own SQL selects. What maps:
   ``reverse()``), ``qs[:n]`` as ``limit``, and ``distinct()`` without fields (a
   no-op: rindle rows are distinct). Column names are the database's
   (``field.column``: ``owner`` → ``ownerId``).
+- ``values(*fields)``, ``values_list(*fields)`` (``named=True`` too), ``only()`` and
+  ``defer()`` as the level's ``select``. A ``select`` always keeps the primary key
+  (Django's ``only()`` does; a ``values("title")`` row gains ``id``): the engine and
+  the clients key rows by it. It also keeps the correlation columns Django loads
+  for a prefetch (the foreign key to the parent, the one a nested prefetch follows).
+  ``values()`` with no fields, ``defer(None)`` and a plain QuerySet select the whole
+  row. ``select`` shapes the flat mode's rows (which also keep the ``orderBy``
+  columns) and snapshots; the normalized mode syncs whole rows whatever it says.
+- ``prefetch_related`` as nested ``related`` entries, aliased by the attribute
+  Django fills (the accessor, or ``to_attr``): a forward foreign key or one-to-one
+  is a ``one`` relationship (null when the row is missing, where Django raises
+  ``RelatedObjectDoesNotExist`` on a non-null key), a reverse foreign key its rows.
+  ``"comments__author"`` nests (the comments come along, as in Django).
+  ``Prefetch(lookup, queryset=...)`` translates its queryset as the subquery: its
+  filters, ordering, projection, own ``prefetch_related`` and slice (``[:n]`` is a
+  per-parent ``limit``, as Django's sliced prefetch). Without a queryset the related
+  model's manager Django reads is translated (the default manager for a reverse
+  foreign key's rows, the base manager for one row); the children of an unordered
+  prefetch come in primary-key order.
+- ``select_related`` is ignored on purpose: it changes neither the rows nor their
+  columns, only how Django fetches them, and code adds it for speed to QuerySets
+  whose pages never read the relation. Turning it into a relationship would sync
+  tables nobody shows; a page that shows the owner says
+  ``prefetch_related("owner")``.
 
-What is refused, with ``QueryError(code="unsupported")`` naming the part: other
-lookups and transforms (``regex``, ``range``, ``month``...), F()/OuterRef/subquery
-values outside an EXISTS correlation, JSON columns, pattern lookups on non-text
-columns, offsets (``qs[10:20]``: the AST
-pages by keyset ``start``), annotations and aggregates, ``values()`` /
-``values_list()``, ``extra()``, ``distinct(*fields)``, set operations, random or
-related-column ordering, FilteredRelation, multi-table inheritance. Ignored:
-``select_related``, ``prefetch_related``, ``only`` / ``defer`` (rindle syncs whole
-rows of the one table).
+What is refused, with ``QueryError(code="unsupported")`` naming the part and the
+alternative (a supported spelling, or ``rindle_app.queries.table(...)``, the builder
+that writes any AST the engine runs): other lookups and transforms (``regex``,
+``month``...), F()/OuterRef/subquery values outside an EXISTS correlation, values
+that are not literals (see ``_literal``), JSON columns, pattern lookups on non-text
+columns, offsets (``qs[10:20]``: the AST pages by keyset ``start``), annotations and
+aggregates (``values()`` with expressions included), ``values_list(flat=True)``,
+``values()`` / ``only()`` naming a related path (``owner__name``: prefetch the
+relation), ``prefetch_related`` with ``values()``, a many-to-many prefetch (the AST
+nests one foreign key per level: the message names the through model's path that
+maps, ``prefetch_related("memberships__crew")``), generic relations, ``extra()``,
+``distinct(*fields)``, set operations, random or related-column ordering,
+FilteredRelation, multi-table inheritance.
 
 Where rindle's documented value semantics (``compare.py``) differ from a backend:
 
@@ -63,8 +92,16 @@ from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models.expressions import Col, Exists, F, NegatedExpression, OrderBy
+from django.db.models.fields.reverse_related import ManyToOneRel
 from django.db.models.lookups import Lookup
-from django.db.models.query import ModelIterable
+from django.db.models.query import (
+    FlatValuesListIterable,
+    ModelIterable,
+    NamedValuesListIterable,
+    Prefetch,
+    ValuesIterable,
+    ValuesListIterable,
+)
 from django.db.models.sql.constants import INNER, LOUTER
 from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.query import Query as SQLQuery
@@ -81,6 +118,10 @@ TRUE = {"type": "and", "conditions": []}
 FALSE = {"type": "or", "conditions": []}
 
 _COMPARISONS = {"exact": "=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+_SUPPORTED = (
+    "exact/iexact, lt/lte/gt/gte, in, range, isnull, contains/startswith/endswith "
+    "(and their i- forms)"
+)
 _PATTERNS = {
     "iexact": ("ILIKE", "{}"),
     "contains": ("LIKE", "%{}%"),
@@ -92,17 +133,35 @@ _PATTERNS = {
 }
 
 
+# The way out named by most refusals: the builder writes any AST the engine runs.
+BUILDER = "write the query with rindle_app.queries.table(...)"
+_VALUES = (ValuesIterable, ValuesListIterable, NamedValuesListIterable)
+
+
 def unsupported(message):
     return QueryError(message, code=UNSUPPORTED)
 
 
 def from_queryset(qs, *, schema=None):
     """The wire AST selecting what ``qs`` selects; validated when ``schema`` is given."""
-    if hasattr(qs, "get_queryset"):  # a manager
-        qs = qs.get_queryset()
+    out = _translate(_queryset(qs))
+    if schema is not None:
+        parse(out, schema)
+    return out
+
+
+def _queryset(qs):
+    return qs.get_queryset() if hasattr(qs, "get_queryset") else qs  # a manager
+
+
+def _translate(qs, keep=()):
+    """The AST of ``qs``; a ``select`` keeps the columns in ``keep`` too."""
     query = qs.query
     _check_shape(qs, query)
     out = {"table": query.model._meta.db_table}
+    select = _select(qs, query)
+    if select is not None:
+        out["select"] = select
     where = _Level(query, query.base_table).translate(query.where)
     if where != TRUE:
         out["where"] = where
@@ -111,8 +170,14 @@ def from_queryset(qs, *, schema=None):
         out["orderBy"] = order
     if query.high_mark is not None:
         out["limit"] = query.high_mark
-    if schema is not None:
-        parse(out, schema)
+    related = _related(qs)
+    if related:
+        out["related"] = related
+    if select is not None:
+        # The correlation columns stay, as Django loads them to match the rows (a
+        # deferred one on first use): to the parent, and to each relationship's rows.
+        joined = [c for r in related for c in r["correlation"]["parentField"]]
+        select.extend(dict.fromkeys(c for c in (*keep, *joined) if c not in select))
     return out
 
 
@@ -127,32 +192,265 @@ def escape_like(text):
 def _check_shape(qs, query):
     opts = query.model._meta
     name = opts.db_table
-    if qs._fields is not None or qs._iterable_class is not ModelIterable or query.values_select:
-        raise unsupported(f"{name}: values() / values_list() is not supported")
+    if qs._iterable_class is FlatValuesListIterable:
+        raise unsupported(
+            f"{name}: values_list(flat=True) is not supported: a live row keeps its "
+            "primary key; use values_list(...) without flat, or values(...)"
+        )
+    if qs._iterable_class is not ModelIterable and qs._iterable_class not in _VALUES:
+        raise unsupported(
+            f"{name}: the iterable {qs._iterable_class.__name__} is not supported: "
+            "use values(...) or the model rows"
+        )
     if query.combinator:
-        raise unsupported(f"{name}: {query.combinator}() is not supported")
+        raise unsupported(
+            f"{name}: {query.combinator}() is not supported: combine the conditions "
+            "with Q(...) | Q(...), & and ~ in one filter()"
+        )
     if query.annotations:
         raise unsupported(
-            f"{name}: annotations {sorted(query.annotations)} (annotate/alias/aggregates) "
-            "are not supported"
+            f"{name}: annotations {sorted(query.annotations)} (annotate/alias/aggregates, "
+            "expressions in values()) are not supported: filter and order on stored "
+            "columns; for a related count use table(...).count_as(...) of "
+            "rindle_app.queries"
         )
     if query.group_by is not None:
-        raise unsupported(f"{name}: aggregation (GROUP BY) is not supported")
+        raise unsupported(
+            f"{name}: aggregation (GROUP BY) is not supported: for a related count use "
+            "table(...).count_as(...) of rindle_app.queries"
+        )
     if query.extra or query.extra_tables or query.extra_order_by:
-        raise unsupported(f"{name}: extra() is not supported")
+        raise unsupported(f"{name}: extra() is not supported: use filter() with Q, or {BUILDER}")
     if query.distinct_fields:
-        raise unsupported(f"{name}: distinct(*fields) is not supported")
+        raise unsupported(
+            f"{name}: distinct(*fields) is not supported: use distinct() (rindle rows are "
+            "distinct already)"
+        )
     if query.low_mark:
         raise unsupported(
             f"{name}: an offset (qs[{query.low_mark}:...]) is not supported; "
-            "the AST pages with a keyset start, not an offset"
+            "the AST pages with a keyset start, not an offset: use qs[:n] and "
+            "table(...).start(row) of rindle_app.queries"
         )
     if query._filtered_relations:
-        raise unsupported(f"{name}: FilteredRelation is not supported")
+        raise unsupported(
+            f"{name}: FilteredRelation is not supported: filter across the relation in "
+            "filter(), or use Exists()"
+        )
     if opts.parents:
-        raise unsupported(f"{name}: a multi-table inheritance child is not supported")
+        raise unsupported(
+            f"{name}: a multi-table inheritance child is not supported: query the parent "
+            "model, or make the parent abstract"
+        )
     if getattr(opts, "is_composite_pk", False):
-        raise unsupported(f"{name}: a composite primary key is not supported")
+        raise unsupported(
+            f"{name}: a composite primary key is not supported: {BUILDER} and name the columns"
+        )
+    if qs._iterable_class in _VALUES and qs._prefetch_related_lookups:
+        raise unsupported(
+            f"{name}: prefetch_related() with values() is not supported (a values() row "
+            "carries no relationships): use only(...) to project the rows"
+        )
+
+
+# --- the projection: values() / values_list() / only() / defer() -------------------------
+
+
+def _select(qs, query):
+    """
+    The columns of ``select``, or None for the whole row. Each level keeps its primary
+    key whatever was asked (Django's ``only()`` keeps it too; ``values("title")`` rows
+    gain it): the engine and the clients key rows by it.
+    """
+    opts = query.model._meta
+    if qs._iterable_class in _VALUES:
+        if not qs._fields:  # values() with no names: every concrete field
+            return None
+        names, only = query.values_select, True
+        what = "values"
+    else:
+        names, defer = query.deferred_loading
+        if defer and not names:
+            return None
+        only = not defer
+        what = "only" if only else "defer"
+    fields = [_projected(opts, name, what) for name in names]
+    if only:
+        chosen = [opts.pk, *(f for f in fields if f is not opts.pk)]
+        if what == "only":  # Django loads only()'s fields in model order
+            chosen = [f for f in opts.concrete_fields if f in chosen]
+    else:
+        chosen = [f for f in opts.concrete_fields if f not in fields or f.primary_key]
+    return list(dict.fromkeys(f.column for f in chosen))
+
+
+def _is_relation(opts, name):
+    try:
+        return opts.get_field(name).is_relation
+    except FieldDoesNotExist:
+        return False
+
+
+def _projected(opts, name, what):
+    label = f"{what}({name!r}) on {opts.db_table}"
+    head = name.split("__")[0]
+    if "__" in name and not _is_relation(opts, head):
+        raise unsupported(
+            f"{label}: a transform of a column is not supported: select {head!r} and "
+            "derive the value where it is shown"
+        )
+    if "__" in name:
+        raise unsupported(
+            f"{label}: a related table's column is not supported: use "
+            f"prefetch_related({name.split('__')[0]!r}), whose rows travel nested under "
+            "each row (or the builder's .related(...))"
+        )
+    try:
+        field = opts.pk if name == "pk" else opts.get_field(name)
+    except FieldDoesNotExist:
+        raise unsupported(f"{label}: no such column; name a concrete field") from None
+    if not getattr(field, "concrete", False) or not getattr(field, "column", None):
+        raise unsupported(
+            f"{label}: {name!r} is not a column: use prefetch_related({name!r}), whose "
+            "rows travel nested under each row (or the builder's .related(...))"
+        )
+    return field
+
+
+# --- prefetch_related: nested relationships ----------------------------------------------
+
+
+def _related(qs):
+    """``qs``'s ``prefetch_related`` lookups as ``related`` entries, nested by path."""
+    return _entries(_prefetch_tree(qs))
+
+
+def _entries(tree):
+    out = []
+    for entry, children, _ in tree.values():
+        nested = _entries(children)
+        if nested:
+            sub = entry["subquery"]
+            sub["related"] = nested
+            if "select" in sub:
+                joined = (c for r in nested for c in r["correlation"]["parentField"])
+                sub["select"].extend(dict.fromkeys(c for c in joined if c not in sub["select"]))
+        out.append(entry)
+    return out
+
+
+def _prefetch_tree(qs):
+    """
+    alias -> (its related entry, its children's tree, its model), in lookup order. A
+    path's first steps are prefetched by Django too (``"comments__author"`` fetches
+    the comments), so they become entries of their own, read from the default manager.
+    """
+    tree = {}
+    for lookup in qs._prefetch_related_lookups:
+        if not isinstance(lookup, Prefetch):
+            lookup = Prefetch(lookup)
+        through = lookup.prefetch_through.split("__")
+        to = lookup.prefetch_to.split("__")
+        model, level = qs.model, tree
+        for depth, (name, alias) in enumerate(zip(through, to)):
+            last = depth == len(through) - 1
+            given = lookup.queryset if last else None
+            if alias in level:
+                if given is not None:
+                    raise unsupported(
+                        f"prefetch_related: {lookup.prefetch_to!r} is prefetched twice: "
+                        "give each Prefetch its own to_attr"
+                    )
+            else:
+                entry, children, child = _relation(model, name, lookup.prefetch_through, given)
+                entry["subquery"]["alias"] = alias
+                level[alias] = (entry, children, child)
+            _, level, model = level[alias]
+    return tree
+
+
+def _relation(model, name, path, given):
+    """
+    The related entry for ``model``'s relation ``name`` (a forward foreign key or
+    one-to-one: one row; a reverse one: its rows), its subquery translated from
+    ``given`` (a Prefetch's queryset) or the related model's manager Django's prefetch
+    reads.
+    """
+    opts = model._meta
+    label = f"prefetch_related({path!r}) on {opts.db_table}"
+    field = next((r for r in opts.related_objects if r.get_accessor_name() == name), None)
+    if field is None:
+        try:
+            field = opts.get_field(name)
+        except FieldDoesNotExist:
+            raise unsupported(
+                f"{label}: {name!r} is not a relation of {opts.label}: name a foreign key "
+                "or a reverse accessor (related_name)"
+            ) from None
+    if getattr(field, "many_to_many", False):
+        raise unsupported(f"{label}: {_many_to_many(field, name)}")
+    if isinstance(field, models.ForeignKey):  # one-to-one included
+        pairs = [(local.column, remote.column) for local, remote in field.related_fields]
+        one, child = True, field.related_model
+    elif isinstance(field, ManyToOneRel) and isinstance(field.field, models.ForeignKey):
+        pairs = [(remote.column, local.column) for local, remote in field.field.related_fields]
+        one, child = field.one_to_one, field.related_model
+    else:
+        raise unsupported(
+            f"{label}: the relation {name!r} ({type(field).__name__}) is not supported: "
+            "prefetch a foreign key or its reverse, or use the builder's .related(...)"
+        )
+    # Django reads a single related row through the base manager (no custom filters),
+    # a reverse foreign key's rows through the default one.
+    manager = child._base_manager if one else child._default_manager
+    sub_qs = _queryset(given if given is not None else manager)
+    if sub_qs.model._meta.concrete_model is not child._meta.concrete_model:
+        raise unsupported(f"{label}: the Prefetch queryset must be of {child._meta.label}")
+    subquery = _translate(_unprefetched(sub_qs), keep=[c for _, c in pairs])
+    if one:
+        subquery["one"] = True
+    entry = {
+        "correlation": {"parentField": [p for p, _ in pairs], "childField": [c for _, c in pairs]},
+        "subquery": subquery,
+    }
+    children = _prefetch_tree(sub_qs)
+    return entry, children, child
+
+
+def _unprefetched(qs):
+    out = qs._chain()
+    out._prefetch_related_lookups = ()
+    return out
+
+
+def _many_to_many(field, name):
+    """Why a many-to-many is refused, and the through-table path that maps."""
+    rel = field.remote_field if field.concrete else field
+    through = rel.through
+    near, far = field.model, field.related_model  # a reverse rel's model is its target
+    base = f"the many-to-many {name!r} is not supported: the AST nests one foreign key per level"
+    if through._meta.auto_created:
+        return (
+            f"{base}; declare its through model (ManyToManyField(through=...)) and "
+            "prefetch its rows and their foreign key instead"
+        )
+    to_near = next(
+        (f for f in through._meta.concrete_fields if f.is_relation and f.related_model is near),
+        None,
+    )
+    to_far = next(
+        (
+            f
+            for f in through._meta.concrete_fields
+            if f.is_relation and f.related_model is far and f is not to_near
+        ),
+        None,
+    )
+    if to_near is None or to_far is None or to_near.remote_field.hidden:
+        return f"{base}; prefetch the through model {through._meta.label}'s rows instead"
+    accessor = to_near.remote_field.get_accessor_name()
+    path = f"{accessor}__{to_far.name}"
+    return f"{base}; prefetch the through rows instead: prefetch_related({path!r})"
 
 
 # --- ordering ---------------------------------------------------------------------------
@@ -166,7 +464,9 @@ def _ordering(query):
         nulls_first = nulls_last = False
         if isinstance(item, str):
             if item == "?":
-                raise unsupported(f"{opts.db_table}: random ordering is not supported")
+                raise unsupported(
+                    f"{opts.db_table}: random ordering is not supported: order by a column"
+                )
             descending, name = item.startswith("-"), item.removeprefix("-")
         elif isinstance(item, F):
             descending, name = False, item.name
@@ -174,7 +474,10 @@ def _ordering(query):
             descending, name = item.descending, item.expression.name
             nulls_first, nulls_last = bool(item.nulls_first), bool(item.nulls_last)
         else:
-            raise unsupported(f"{opts.db_table}: ordering by {item!r} is not supported")
+            raise unsupported(
+                f"{opts.db_table}: ordering by {item!r} is not supported: order by a "
+                "column name, or F(name).asc() / .desc()"
+            )
         if not query.standard_ordering:  # reverse()
             descending = not descending
             nulls_first, nulls_last = nulls_last, nulls_first
@@ -183,7 +486,8 @@ def _ordering(query):
             raise unsupported(
                 f"ordering by {opts.db_table}.{field.column} with nulls "
                 f"{'first' if descending else 'last'} is not supported: rindle sorts nulls "
-                "as the smallest value"
+                "as the smallest value; use F(name).asc(nulls_first=True) or "
+                ".desc(nulls_last=True)"
             )
         out.append([field.column, "desc" if descending else "asc"])
     return out
@@ -192,14 +496,20 @@ def _ordering(query):
 def _order_field(opts, name):
     if "__" in name:
         raise unsupported(
-            f"ordering {opts.db_table} by {name!r}, a related table's column, is not supported"
+            f"ordering {opts.db_table} by {name!r}, a related table's column, is not "
+            "supported: order by a column of this table (copy the value into one), or "
+            "order the prefetched rows in their Prefetch queryset"
         )
     try:
         field = opts.pk if name == "pk" else opts.get_field(name)
     except FieldDoesNotExist:
-        raise unsupported(f"ordering {opts.db_table} by {name!r} is not supported") from None
+        raise unsupported(
+            f"ordering {opts.db_table} by {name!r} is not supported: order by a column"
+        ) from None
     if not getattr(field, "concrete", False) or not getattr(field, "column", None):
-        raise unsupported(f"ordering {opts.db_table} by {name!r} is not supported")
+        raise unsupported(
+            f"ordering {opts.db_table} by {name!r} is not supported: order by a column"
+        )
     if field.is_relation and name == field.name and field.related_model._meta.ordering:
         raise unsupported(
             f"ordering {opts.db_table} by {name!r} follows "
@@ -362,17 +672,25 @@ class _Level:
     def tree(self, node, negated):
         if isinstance(node, WhereNode):
             if node.connector not in ("AND", "OR"):
-                raise unsupported(f"the {node.connector} connector is not supported")
+                raise unsupported(
+                    f"the {node.connector} connector is not supported: write it with "
+                    "&, | and ~ (a ^ b is (a & ~b) | (~a & b))"
+                )
             negated ^= node.negated
             kind = "and" if (node.connector == "AND") != negated else "or"
             return _Node(kind, [self.tree(c, negated) for c in node.children])
         if isinstance(node, NothingNode):  # qs.none()
             return _Leaf(self.base, TRUE if negated else FALSE, negated)
         if isinstance(node, ExtraWhere):
-            raise unsupported("extra(where=...) is not supported")
+            raise unsupported(
+                f"extra(where=...) is not supported: use filter() with Q, or {BUILDER}"
+            )
         if isinstance(node, Lookup):
             return self.lookup(node, negated)
-        raise unsupported(f"the condition {type(node).__name__} is not supported")
+        raise unsupported(
+            f"the condition {type(node).__name__} is not supported: use field lookups, "
+            f"Q and Exists(), or {BUILDER}"
+        )
 
     def lookup(self, lookup, negated):
         lhs, rhs, name = lookup.lhs, lookup.rhs, lookup.lookup_name
@@ -394,35 +712,58 @@ class _Level:
                 raise unsupported(
                     f"lookup {lhs.lookup_name!r} on {_label(inner)} is not supported: "
                     f"filter on a range of the column instead ({inner.target.name}__gte=..., "
-                    f"{inner.target.name}__lt=...)"
+                    f"{inner.target.name}__lt=...), on the stored column with {_SUPPORTED}, "
+                    f"or {BUILDER}"
                 )
-            raise unsupported(f"filtering on a {type(lhs).__name__} expression is not supported")
+            raise unsupported(
+                f"filtering on a {type(lhs).__name__} expression is not supported: filter "
+                f"on a stored column, or {BUILDER}"
+            )
         label = _label(lhs)
         if lhs.alias not in self.query.alias_map:
             raise unsupported(
                 f"a condition on the outer query's {label} is only supported as the "
-                "equality correlating an Exists() subquery"
+                "equality correlating an Exists() subquery: write it as "
+                "Exists(Sub.objects.filter(fk=OuterRef('pk'), ...))"
             )
         field = lhs.target
-        if hasattr(rhs, "resolve_expression"):
-            if isinstance(rhs, Col):
-                what = f"the column {_label(rhs)} (F() / OuterRef())"
-            elif isinstance(rhs, SQLQuery):
+        values = rhs if name in ("in", "range") and isinstance(rhs, (list, tuple)) else [rhs]
+        expression = next((v for v in values if hasattr(v, "resolve_expression")), None)
+        if expression is not None:
+            if isinstance(expression, Col):
+                what = f"the column {_label(expression)} (F() / OuterRef())"
+            elif isinstance(expression, SQLQuery):
                 what = "a subquery"
             else:
-                what = f"the expression {rhs!r}"
+                what = f"the expression {expression!r}"
+            fix = (
+                "filter across the relation (owner__name=...) or use Exists()"
+                if isinstance(expression, SQLQuery)
+                else "compare to a value, or store the computed value in a column"
+            )
             raise unsupported(
                 f"comparing {label} to {what} is not supported: the AST compares a column "
-                "to a literal"
+                f"to a literal; {fix}"
             )
         if isinstance(field, models.JSONField):
-            raise unsupported(f"lookups on the JSON column {label} are not supported")
+            raise unsupported(
+                f"lookups on the JSON column {label} are not supported: copy the value "
+                "you filter on into a column of its own"
+            )
         if name == "isnull":
             if not isinstance(rhs, bool):
                 raise unsupported(f"isnull on {label} needs True or False")
             op, value = ("IS" if rhs else "IS NOT"), None
         elif name in _COMPARISONS:
             op, value = _COMPARISONS[name], _literal(rhs, label, field)
+        elif name == "range":  # BETWEEN: lo <= x <= hi, its negation x < lo OR x > hi
+            lo, hi = (_literal(v, label, field) for v in rhs)
+            parts = [(">=", lo), ("<=", hi)]
+            if negated:
+                parts = [(NEGATED_OPS[o], v) for o, v in parts]
+            join = _or if negated else _and
+            null = (any if negated else all)(matches(o, None, v) for o, v in parts)
+            return _Leaf(lhs.alias, join([cond(field.column, o, v) for o, v in parts]), null)
         elif name == "in":
             value = [_literal(v, label, field) for v in rhs if v is not None]
             if not value:  # Django: an empty IN matches nothing, its negation everything
@@ -431,12 +772,15 @@ class _Level:
         elif name in _PATTERNS:
             if not isinstance(field, (models.CharField, models.TextField)):
                 raise unsupported(
-                    f"lookup {name!r} on the non-text column {label} is not supported"
+                    f"lookup {name!r} on the non-text column {label} is not supported: "
+                    "use exact, in, range or the comparisons on it"
                 )
             op, template = _PATTERNS[name]
             value = template.format(escape_like(str(rhs)))
         else:
-            raise unsupported(f"lookup {name!r} on {label} is not supported")
+            raise unsupported(
+                f"lookup {name!r} on {label} is not supported: use {_SUPPORTED}, or {BUILDER}"
+            )
         if negated:
             op = NEGATED_OPS[op]
         condition = cond(field.column, op, value)
@@ -483,12 +827,20 @@ class _Level:
     def exists_leaf(self, expr, negated):
         inner = expr.query
         if inner.combinator or inner.low_mark or inner.group_by is not None:
-            raise unsupported("an Exists() subquery with a set operation, offset or GROUP BY")
+            raise unsupported(
+                "an Exists() subquery with a set operation, offset or GROUP BY is not "
+                "supported: use a filtered Exists(Sub.objects.filter(...))"
+            )
         if inner.extra or inner.extra_tables:
-            raise unsupported("extra() in an Exists() subquery is not supported")
+            raise unsupported(
+                "extra() in an Exists() subquery is not supported: use filter() with Q"
+            )
         base = next((a for a in inner.alias_map if inner.alias_refcount.get(a)), None)
         if base is None or not isinstance(inner.alias_map[base], BaseTable):
-            raise unsupported("an Exists() subquery without a base table is not supported")
+            raise unsupported(
+                "an Exists() subquery without a base table is not supported: use "
+                "Exists(Model.objects.filter(...))"
+            )
         where = inner.where
         parts = where.children if where.connector == "AND" and not where.negated else [where]
         pairs, rest = [], []
@@ -508,7 +860,8 @@ class _Level:
         if len(outer) != 1 or not outer <= set(self.query.alias_map):
             raise unsupported(
                 "an Exists() subquery must be correlated by equalities between its table's "
-                "columns and OuterRef() columns of one table of the enclosing query"
+                "columns and OuterRef() columns of one table of the enclosing query: "
+                "Exists(Sub.objects.filter(fk=OuterRef('pk'), ...))"
             )
         table = inner.alias_map[base].table_name
         level = _Level(inner, base)
@@ -528,7 +881,10 @@ class _Level:
         while alias != level:
             join = self.query.alias_map.get(alias)
             if not isinstance(join, Join):
-                raise unsupported(f"the join {alias!r} does not hang off {level!r}")
+                raise unsupported(
+                    f"the join {alias!r} does not hang off {level!r}: split the filter "
+                    "into Exists() subqueries"
+                )
             if join.parent_alias == level:
                 return alias
             alias = join.parent_alias
@@ -577,9 +933,15 @@ class _Level:
     def exists(self, alias, node):
         join = self.query.alias_map[alias]
         if join.filtered_relation is not None:
-            raise unsupported("FilteredRelation is not supported")
+            raise unsupported(
+                "FilteredRelation is not supported: filter across the relation in "
+                "filter(), or use Exists()"
+            )
         if join.join_field.get_extra_restriction(alias, join.parent_alias) is not None:
-            raise unsupported(f"the {self.relation(alias)} carries a restriction (not supported)")
+            raise unsupported(
+                f"the {self.relation(alias)} carries a restriction (not supported): use "
+                "Exists() over the related model"
+            )
         parent, child = zip(*join.join_cols)
         where = self.require(alias, self.conv(node, alias))
         found = _exists(join.table_name, parent, child, where)
@@ -602,7 +964,10 @@ class _Level:
                 continue
             parent_join = self.query.alias_map[level]
             if isinstance(parent_join, Join) and parent_join.join_type == LOUTER:
-                raise unsupported(f"an INNER join below a LEFT JOIN ({self.relation(alias)})")
+                raise unsupported(
+                    f"an INNER join below a LEFT JOIN ({self.relation(alias)}) is not "
+                    "supported: write that part as an Exists()"
+                )
             parent, child = zip(*join.join_cols)
             req = _exists(join.table_name, parent, child, self.require(alias, TRUE))
             needed.append((alias, req))

@@ -16,8 +16,14 @@ with Channels, a consumer that changes the session saves it itself
 (``scope["session"].save()``).
 """
 
+import asyncio
+import logging
+import random
+
 from channels.auth import AuthMiddleware
 from channels.sessions import CookieMiddleware, InstanceSessionWrapper, SessionMiddleware
+
+logger = logging.getLogger("rindle.realtime")
 
 
 class SocketSessionMiddleware(SessionMiddleware):
@@ -36,4 +42,53 @@ def AuthMiddlewareStack(inner):  # noqa: N802 (named like the Channels stack it 
     return CookieMiddleware(SocketSessionMiddleware(AuthMiddleware(inner)))
 
 
-__all__ = ["AuthMiddlewareStack", "SocketSessionMiddleware"]
+def still_authorized(user, token, session):
+    """
+    Whether a socket's credentials still hold (a database read: a worker thread). A
+    token must exist and be active; a signed-in user must exist and be active, and a
+    socket that came in with a session (no token) needs that session still to exist,
+    so a logout ends it. Anonymous stays anonymous.
+    """
+    if token is not None:
+        token = type(token).objects.filter(pk=token.pk).first()
+        if token is None or not token.is_active():
+            return False
+    if user is None or not getattr(user, "is_authenticated", False):
+        return True
+    from django.contrib.auth import get_user_model
+
+    if not get_user_model().objects.filter(pk=user.pk, is_active=True).exists():
+        return False
+    if token is None and session is not None and session.session_key:
+        return session.exists(session.session_key)
+    return True
+
+
+async def watch_credentials(check, interval, on_revoked):
+    """
+    Run ``check()`` (a coroutine function) every ``interval`` seconds until it says
+    False, then ``await on_revoked()``. The first check comes at a random point of
+    the second half of the interval, so sockets that connected together (a deploy,
+    a reconnect storm) do not all read the database in the same instant; the bound
+    still holds. A failing check (a database hiccup) is not a revocation.
+    """
+    wait = interval * random.uniform(0.5, 1.0)
+    while True:
+        await asyncio.sleep(wait)
+        wait = interval
+        try:
+            if await check():
+                continue
+        except Exception:
+            logger.exception("rindle socket: credential re-check failed")
+            continue
+        await on_revoked()
+        return
+
+
+__all__ = [
+    "AuthMiddlewareStack",
+    "SocketSessionMiddleware",
+    "still_authorized",
+    "watch_credentials",
+]

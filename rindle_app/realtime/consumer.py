@@ -58,7 +58,6 @@ would leave the client's views torn; the socket's next subscribe is refused).
 import asyncio
 import collections
 import logging
-import random
 import threading
 import time
 import uuid
@@ -90,6 +89,7 @@ from ..ivm.ast import QueryError
 from ..named import LMID_QUERY_NAME, ROOM_QUERY_NAME, QueryRefused, realtime_doc, resolve
 from ..runtime import get_runtime
 from . import limits, wire, workers
+from .auth import still_authorized, watch_credentials
 from .security import bearer_token as _bearer  # one reading of the header for the validator too
 
 logger = logging.getLogger("rindle.realtime")
@@ -192,7 +192,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
         for task in (self._metering, self._session):  # a failure is logged where it happens
             task.add_done_callback(_retrieve)
         self._worker = asyncio.ensure_future(self._work())
-        await self.accept()
+        await self.accept(wire.subprotocol(self.scope))
         if self.token is not None or getattr(self.user, "is_authenticated", False):
             # An anonymous socket has nothing to revoke, so it runs no re-check.
             self._recheck = asyncio.ensure_future(self._recheck_credentials())
@@ -203,7 +203,8 @@ class RindleConsumer(AsyncWebsocketConsumer):
         if self._runtime.sockets.acquire(key):
             self._principal = key
             return True
-        await self.accept()  # a close code reaches the client only after the handshake
+        # A close code reaches the client only after the handshake.
+        await self.accept(wire.subprotocol(self.scope))
         await self.close(code=limits.CLOSE_TOO_MANY_SOCKETS)
         return False
 
@@ -279,46 +280,23 @@ class RindleConsumer(AsyncWebsocketConsumer):
             await asyncio.shield(asyncio.wrap_future(left))
 
     async def _recheck_credentials(self):
-        interval = float(rindle_settings.WS_AUTH_RECHECK_SECONDS)
-        # The first check comes at a random point of the second half of the interval:
-        # sockets that connected together (a deploy, a reconnect storm) do not all
-        # query the database in the same instant thereafter. The bound still holds.
-        wait = interval * random.uniform(0.5, 1.0)
-        while True:
-            await asyncio.sleep(wait)
-            wait = interval
-            try:
-                if await workers.run_db(self._still_authorized):
-                    continue
-            except Exception:  # a database hiccup is not a revocation; check again later
-                logger.exception("rindle consumer: credential re-check failed")
-                continue
-            if self.meter is not None:
-                self.meter.auth_failure()
-            for query_id in sorted(self.conn.subs if self.conn is not None else ()):
-                await self.send(
-                    text_data=wire.query_error(query_id, "credentials revoked", UNAUTHORIZED, False)
-                )
-            await self.close(code=CLOSE_UNAUTHORIZED)
-            return
+        await watch_credentials(
+            lambda: workers.run_db(self._still_authorized),
+            float(rindle_settings.WS_AUTH_RECHECK_SECONDS),
+            self._revoked,
+        )
+
+    async def _revoked(self):
+        if self.meter is not None:
+            self.meter.auth_failure()
+        for query_id in sorted(self.conn.subs if self.conn is not None else ()):
+            await self.send(
+                text_data=wire.query_error(query_id, "credentials revoked", UNAUTHORIZED, False)
+            )
+        await self.close(code=CLOSE_UNAUTHORIZED)
 
     def _still_authorized(self):
-        user = self.user
-        if self.token is not None:
-            token = type(self.token).objects.filter(pk=self.token.pk).first()
-            if token is None or not token.is_active():
-                return False
-        if user is None or not getattr(user, "is_authenticated", False):
-            return True  # anonymous stays anonymous
-        from django.contrib.auth import get_user_model
-
-        fresh = get_user_model().objects.filter(pk=user.pk, is_active=True).exists()
-        if not fresh:
-            return False
-        session = self.scope.get("session")
-        if self.token is None and session is not None and session.session_key:
-            return session.exists(session.session_key)
-        return True
+        return still_authorized(self.user, self.token, self.scope.get("session"))
 
     def _may(self, scope):
         return self.token is None or self.token.has_scope(scope)

@@ -25,6 +25,19 @@ batches is closed with 4503 (its client reconnects). Bad frames get an ``error``
 (the socket stays open); an unknown doc, a room socket with rooms off
 (``ROOMS_ENABLED``) or a doc without a profile is refused at the
 handshake.
+
+The room socket is held to the main socket's rules of who may do what:
+
+- it counts under its principal with the main sockets (``WS_MAX_SOCKETS_PER_PRINCIPAL``;
+  past it, closed with 4429 right after the accept);
+- a socket with a token or a signed-in user re-checks them every
+  ``WS_AUTH_RECHECK_SECONDS`` and is closed with 4401 once they are revoked;
+- ``pushMutation`` needs a token's scope ``mutate``; a socket acting as nobody (no
+  credentials, and a room token minted for nobody) passes the adapter's
+  ``check_anonymous_mutation``, as on ``/ws/rindle/``;
+- its bytes in and out are metered under the principal's usage namespace
+  (``rindle_app.flow``), and a namespace over its quota has its mutations refused
+  (``quota_exceeded``, retryable).
 """
 
 import asyncio
@@ -35,7 +48,9 @@ from urllib.parse import parse_qs
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from .. import leases, named, rooms, strictjson
+from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
+from ..engine.errors import AnonymousMutationsDisabled
 from ..engine.mutations import principal_key
 from ..exceptions import (
     BAD_FRAME,
@@ -43,15 +58,25 @@ from ..exceptions import (
     INTERNAL_ERROR,
     INVALID_ARGS,
     RATE_LIMITED,
+    UNAUTHORIZED,
     UNSUPPORTED,
     QueryRefused,
     RindleError,
     RoomClosed,
 )
+from ..flow import quota
 from ..ivm.ast import QueryError, parse
 from ..runtime import get_runtime
 from . import limits, wire, workers
-from .consumer import _authenticate, _bearer, _envelope_problem, _is_query_id
+from .auth import still_authorized, watch_credentials
+from .consumer import (
+    CLOSE_UNAUTHORIZED,
+    _auth_failure,
+    _authenticate,
+    _bearer,
+    _envelope_problem,
+    _is_query_id,
+)
 from .room_server import open_lmid
 
 logger = logging.getLogger("rindle.rooms")
@@ -69,6 +94,13 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _key = None
     _early_lmid = None  # a lmid stream opened before the socket joined its room
     _shed = False
+    _runtime = None
+    _counted = None  # the key this socket is counted under (runtime.sockets)
+    _recheck = None
+    meter = None
+    # Who the socket's mutations act as: its own user, or for a socket without
+    # credentials the user its first room token was minted for (None: nobody).
+    _acting = None
 
     async def connect(self):
         doc = (parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("doc") or [""])[
@@ -88,19 +120,64 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if bearer is not None:  # a machine client: its token, as on the main socket
             found = await workers.run_db(_authenticate, bearer)
             if found is None or not found[1].has_scope("read"):
+                if found is None:
+                    await workers.run_db(_auth_failure)
                 await self.close()
                 return
             self.user, self.token = found
         self._runtime = get_runtime(None)
+        key = limits.principal(self.scope, self.user, self.token)
+        if not self._runtime.sockets.acquire(key):
+            # A close code reaches the client only after the handshake.
+            await self.accept(wire.subprotocol(self.scope))
+            await self.close(code=limits.CLOSE_TOO_MANY_SOCKETS)
+            return
+        self._counted = key
+        try:
+            self.meter = await workers.run_db(self._make_meter)
+        except Exception:
+            logger.exception("rindle room socket: the quota meter did not start; closing")
+            await self.close(code=CLOSE_RETRY)
+            return
         self._loop = asyncio.get_running_loop()
         self._outbox = asyncio.Queue()
         self._budget = limits.FrameBudget(time.monotonic())
         self._sender = asyncio.ensure_future(self._send_frames())
-        await self.accept()
+        await self.accept(wire.subprotocol(self.scope))
+        if self.token is not None or getattr(self.user, "is_authenticated", False):
+            self._recheck = asyncio.ensure_future(
+                watch_credentials(
+                    lambda: workers.run_db(
+                        still_authorized, self.user, self.token, self.scope.get("session")
+                    ),
+                    float(rindle_settings.WS_AUTH_RECHECK_SECONDS),
+                    self._revoked,
+                )
+            )
+
+    def _make_meter(self):
+        """The socket's meter, its quota seeded (may read the store; a worker thread)."""
+        namespace = get_adapter().namespace(self.user, self.token)
+        meter = quota.meter(namespace, session=f"room.{id(self):x}")
+        meter.seed()
+        return meter
+
+    async def _revoked(self):
+        if self.meter is not None:
+            self.meter.auth_failure()
+        await self.close(code=CLOSE_UNAUTHORIZED)
+        await self._leave()  # at once: the client may be slow to hang up
 
     async def disconnect(self, code):
-        if self._sender is not None:
-            self._sender.cancel()
+        for task in (self._sender, self._recheck):
+            if task is not None:
+                task.cancel()
+        if self._counted is not None:
+            self._runtime.sockets.release(self._counted)
+            self._counted = None
+        await self._leave()
+
+    async def _leave(self):
         room = self.room
         if room is not None:
             self.room = None
@@ -109,7 +186,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     # --- what the room calls (from any thread) ------------------------------------------
 
     def deliver(self, frames):
-        self._loop.call_soon_threadsafe(self._enqueue, frames)
+        self._call(self._enqueue, frames)
 
     def _enqueue(self, frames):
         """On the loop: queue ``frames``; a socket that stopped reading is closed (4503)."""
@@ -121,16 +198,29 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._outbox.put_nowait(frames)
 
     def close_later(self, code):
-        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.close(code=code)))
+        self._call(lambda: asyncio.ensure_future(self.close(code=code)))
+
+    def _call(self, fn, *args):
+        """Run ``fn(*args)`` on the socket's loop; a loop that has ended has no socket left."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the event loop is closed: the server has gone
+            pass
 
     async def _send_frames(self):
         while True:
+            sent = 0
             for frame in await self._outbox.get():
                 await self.send(text_data=frame)
+                sent += _size(frame)
+            if sent:
+                self.meter.transfer(bytes_out=sent)
 
     # --- client frames ------------------------------------------------------------------
 
     async def receive(self, text_data=None, bytes_data=None):
+        if self._sender is None:  # refused at connect and being closed
+            return
         if text_data is None:
             return await self._error("frames are JSON text", BAD_FRAME)
         if len(text_data) > int(rindle_settings.WS_MAX_FRAME_BYTES):
@@ -140,6 +230,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             )
         if not self._budget.admit(time.monotonic()):
             return await self._error("too many frames; slow down", RATE_LIMITED)
+        self.meter.transfer(bytes_in=_size(text_data))
         try:
             msg = strictjson.loads(text_data)
         except strictjson.BadJSON as exc:
@@ -218,6 +309,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             lease = leases.redeem_as_credential(token, self._principal)
             user = leases.lease_user(lease)
             self._principal = lease.user_id
+        self._acting = user
         args = lease.args if isinstance(lease.args, dict) else {}
         parent = args.get("parent") if isinstance(args.get("parent"), dict) else {}
         if lease.name != rooms.ROOM_SERVE_QUERY_NAME or args.get("doc") != self.doc:
@@ -268,8 +360,27 @@ class RoomConsumer(AsyncWebsocketConsumer):
             return await self._error(problem, BAD_FRAME)
         if self.client_id is None or envelope["clientID"] != self.client_id:
             return await self._error("the envelope's clientID is not this connection's", BAD_FRAME)
+        if self.token is not None and not self.token.has_scope("mutate"):
+            return await self._error(
+                "this token may not mutate (scope 'mutate')", UNAUTHORIZED, mid=envelope["mid"]
+            )
         if self.room is None:
             return await self._error("subscribe a room token before mutating", BAD_FRAME)
+        if not getattr(self._acting, "is_authenticated", False):
+            try:  # the adapter's hook may read the database
+                await workers.run_db(check_anonymous_mutation, self._acting)
+            except AnonymousMutationsDisabled as exc:
+                return await self._error(exc.message, exc.code, mid=envelope["mid"])
+        try:
+            self.meter.check(seed=False)
+        except quota.QuotaExceeded as exc:
+            return await self._error(
+                exc.message,
+                exc.code,
+                mid=envelope["mid"],
+                retryable=True,
+                retryAfterMs=exc.retry_after_ms,
+            )
         try:
             await workers.run_db(self.room.mutate, self, envelope)
         except RindleError as exc:
@@ -283,3 +394,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def _query_error(self, query_id, message, code):
         self.deliver([wire.query_error(query_id, message, code)])
+
+
+def _size(text):
+    """The UTF-8 length of a frame, without encoding an ASCII one."""
+    return len(text) if text.isascii() else len(text.encode())

@@ -57,9 +57,16 @@ A row written from outside that the room never writes stays stale in the host
 (a transport that subscribes the footprint should feed such changes in; not done
 here), and rows a mutator only reads are not CAS-checked.
 
-Threading model: a host is not thread-safe. One caller (the transport's per-room
-actor) makes every call, off the event loop: ``boot``, ``mutate`` and ``flush``
-block on the engine's writer.
+Threading model: a host is not thread-safe. One caller at a time (the transport
+holds the room's lock) makes every call, off the event loop: ``boot``, ``mutate``
+and ``flush`` block on the engine's writer. The one exception is a flush split in
+three: ``begin_flush`` (under the caller's lock) takes the batch, ``send(flight)``
+writes it and may run WITHOUT that lock while ``mutate`` goes on, and ``end_flush``
+(under the lock again) settles it. Mutations that arrive meanwhile stay pending for
+the next flush: the keys they touch keep, as their base, the image the flight wrote
+once it is durable. On a CAS miss the rebase re-runs every pending mutation, the
+ones that arrived during the flight included. So a peer's receipt never waits for
+a flush's commit.
 """
 
 import hashlib
@@ -147,6 +154,24 @@ class FlushResult:
     verdicts: list = field(default_factory=list)
     lmids: dict = field(default_factory=dict)
     error: Exception = None
+
+
+@dataclass
+class Flight:
+    """
+    A flush on its way to the database (``begin_flush``): the oldest ``count``
+    pending mutations' net changes under ``offset``, and ``images``, what it writes
+    per touched key. ``send`` fills in ``commit`` or ``error``.
+    """
+
+    changes: list
+    lmids: dict
+    offset: str
+    digest: str
+    count: int
+    images: dict
+    commit: object = None
+    error: BaseException = None
 
 
 @dataclass
@@ -300,11 +325,19 @@ class RoomHost:
         self._pending = []
         self._seq = 0
         self._shown = None  # during a rebase: (table, key) -> the row peers were shown
+        self._judged = None  # during a rebase: (pending, the verdict its client was told)
+        self._flight = None  # the flush between begin_flush and end_flush
+        self._since = None  # the keys mutations wrote while it was in flight
 
     @property
     def pending(self):
         """Mutations consumed since the last successful flush."""
         return len(self._pending)
+
+    @property
+    def in_flight(self):
+        """True between ``begin_flush`` and ``end_flush``."""
+        return self._flight is not None
 
     def durable_lmid(self, client_id):
         """``client_id``'s room lmid as of the last flush (or as read); None if unseen."""
@@ -388,6 +421,12 @@ class RoomHost:
         return len(self._base) + extra > int(rindle_settings.MAX_BATCH_CHANGES)
 
     def _flush_to_make_room(self):
+        if self._flight is not None:  # the flight in progress will make room
+            busy = RoomBusy(
+                f"the room host of {self.doc!r} has a full buffer and a flush in flight"
+            )
+            busy.flush = FlushResult(False)
+            raise busy
         result = self.flush()
         if not result.flushed:
             busy = RoomBusy(f"the room host of {self.doc!r} cannot flush its full buffer now")
@@ -416,6 +455,8 @@ class RoomHost:
         for slot, row in tx._overlay.items():
             if slot not in self._base:
                 self._base[slot] = self._state.get(slot)
+            if self._since is not None:
+                self._since.add(slot)
             self._set(slot, row)
         return tx._ops
 
@@ -440,6 +481,8 @@ class RoomHost:
         Pending mutations are flushed first.
         """
         self._open()
+        if self._flight is not None:
+            raise InvalidInput("a flush is in flight: end it before the seal")
         if self._pending:
             self.flush()
         offset = str(self.next_offset())
@@ -454,60 +497,117 @@ class RoomHost:
         return int(offset)
 
     def flush(self):
-        """Make the batch durable in one CAS room flush; see the module. A ``FlushResult``."""
+        """
+        Make the batch durable in one CAS room flush (rebased and resent up to
+        ``MAX_REBASES`` times); see the module. A ``FlushResult``.
+        """
         self._open()
+        if self._flight is not None:
+            raise InvalidInput("a flush is in flight: end it first")
+        total = FlushResult(False, mutations=len(self._pending))
+        for _attempt in range(MAX_REBASES + 1):
+            flight = self.begin_flush()
+            if flight is None:
+                break
+            result = self.end_flush(self.send(flight), report=False)
+            total.rebases += result.rebases
+            total.error = result.error
+            if result.flushed:
+                total.flushed, total.offset, total.cv = True, result.offset, result.cv
+                total.lmids = result.lmids
+            if not result.rebases:
+                break
+        if self._shown is not None:  # one net correction for every attempt's rebase
+            self._report(total)
+        return total
+
+    def begin_flush(self):
+        """The ``Flight`` of everything pending (None: nothing is); ``send`` writes it."""
+        self._open()
+        if self._flight is not None:
+            raise InvalidInput("a flush is in flight: end it first")
         if not self._pending:
-            return FlushResult(False)
+            return None
         if self._seq + 1 >= OFFSET_SPAN:
             self._close("the epoch's flush offsets are used up")
-        batch = list(self._pending)
-        result = FlushResult(False, mutations=len(batch))
-        verdicts = None  # the verdicts peers were told, kept at the first rebase
-        for _attempt in range(MAX_REBASES + 1):
-            changes, lmids = self._batch()
-            offset = str(self.epoch * OFFSET_SPAN + self._seq + 1)
-            digest = _digest(changes)
-            try:
-                commit = self.engine.commit_room_flush(
-                    changes,
-                    self.source,
-                    offset,
-                    doc=self.doc,
-                    epoch=self.epoch,
-                    batch_hash=digest,
-                    cas=True,
-                )
-            except RoomFenced as exc:
-                self._close(f"fenced by epoch {exc.details.get('epoch')}")
-            except RoomConflict as exc:
-                if verdicts is None:
-                    verdicts = [p.verdict for p in batch]
-                    self._shown = {slot: self._state.get(slot) for slot in self._base}
-                result.rebases += 1
-                self._rebase(exc.details.get("conflicts") or [])
-                continue
-            except Unavailable as exc:
-                if exc.code == TIMEOUT:
-                    self._close(f"a flush's outcome is unknown ({exc})")
-                result.error = exc  # nothing was written: the batch stays pending
-                break
-            except Exception as exc:
-                self._close(f"a flush failed ({type(exc).__name__}: {exc})")
-            except BaseException:
-                self._shown = None
+        changes, lmids = self._batch()
+        offset = str(self.epoch * OFFSET_SPAN + self._seq + 1)
+        images = {slot: self._state.get(slot) for slot in self._base}
+        flight = Flight(changes, lmids, offset, _digest(changes), len(self._pending), images)
+        self._flight, self._since = flight, set()
+        return flight
+
+    def send(self, flight):
+        """
+        Write ``flight`` (one ``commit_room_flush``). It reads only what the boot fixed
+        and the flight itself, so it may run while the host's caller goes on.
+        """
+        try:
+            flight.commit = self.engine.commit_room_flush(
+                flight.changes,
+                self.source,
+                flight.offset,
+                doc=self.doc,
+                epoch=self.epoch,
+                batch_hash=flight.digest,
+                cas=True,
+            )
+        except BaseException as exc:
+            flight.error = exc
+            if not isinstance(exc, Exception):
                 raise
-            stored = commit.checkpoint
-            if not commit.applied and (stored.offset, stored.batch_hash) != (offset, digest):
+        return flight
+
+    def end_flush(self, flight, *, report=True):
+        """
+        Settle a sent ``flight``: durable, it leaves the pending mutations and the keys'
+        bases; a CAS miss rebases every pending mutation (``rebases`` 1: flush again);
+        a failure that wrote nothing keeps it pending (``error``); a fence, or an
+        outcome that is unknown, closes the host. A ``FlushResult``; with ``report``
+        its corrections and changed verdicts are in it (else they wait for the next
+        ``_report``, so several rebases report once).
+        """
+        if flight is None or flight is not self._flight:
+            raise InvalidInput("this is not the host's flush in flight")
+        since, self._flight, self._since = self._since, None, None
+        self._open()
+        result = FlushResult(False, mutations=flight.count)
+        exc = flight.error
+        if exc is None:
+            stored = flight.commit.checkpoint
+            if not flight.commit.applied and (stored.offset, stored.batch_hash) != (
+                flight.offset,
+                flight.digest,
+            ):
                 self._close(f"source {self.source!r} is at {stored.offset}, not this host's")
             self._seq += 1
-            self._base.clear()
-            self._pending.clear()
-            self._durable.update(lmids)
-            result.flushed, result.offset, result.cv, result.lmids = True, offset, commit.cv, lmids
-            break
-        if verdicts is not None:
-            self._report(batch, verdicts, result)
-        return result
+            for slot, image in flight.images.items():
+                if slot in since:  # written again meanwhile: based on what is durable now
+                    self._base[slot] = image
+                else:
+                    del self._base[slot]
+            del self._pending[: flight.count]
+            self._durable.update(flight.lmids)
+            result.flushed, result.offset, result.cv = True, flight.offset, flight.commit.cv
+            result.lmids = flight.lmids
+            return result
+        if isinstance(exc, RoomFenced):
+            self._close(f"fenced by epoch {exc.details.get('epoch')}")
+        if isinstance(exc, RoomConflict):
+            if self._shown is None:  # what peers were shown, and told, before any rebase
+                self._judged = [(p, p.verdict) for p in self._pending]
+                self._shown = {slot: self._state.get(slot) for slot in self._base}
+            self._rebase(exc.details.get("conflicts") or [])
+            result.rebases = 1
+            if report:
+                self._report(result)
+            return result
+        if isinstance(exc, Unavailable) and exc.code != TIMEOUT:
+            result.error = exc  # nothing was written: the batch stays pending
+            return result
+        if isinstance(exc, Unavailable):
+            self._close(f"a flush's outcome is unknown ({exc})")
+        self._close(f"a flush failed ({type(exc).__name__}: {exc})")
 
     def _batch(self):
         """The flush's changes (net effects, ledger co-edits, outcomes) and its lmids."""
@@ -566,13 +666,13 @@ class RoomHost:
             if tx is not None:
                 self._commit(tx)
 
-    def _report(self, batch, verdicts, result):
+    def _report(self, result):
         for slot, seen in self._shown.items():
             op = _op(slot[0], seen, self._state.get(slot))
             if op is not None:
                 result.corrections.append(op)
-        self._shown = None
-        for p, before in zip(batch, verdicts):
+        judged, self._shown, self._judged = self._judged, None, None
+        for p, before in judged:
             if before != p.verdict:
                 result.verdicts.append(
                     VerdictChange(p.client_id, p.mid, before, p.verdict, p.reason)

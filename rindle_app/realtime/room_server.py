@@ -115,6 +115,7 @@ class LiveRoom:
         self.doc = doc
         self.host = host
         self.lock = threading.RLock()
+        self._landed = threading.Condition(self.lock)  # notified when a flight ends
         self.store = MemoryStore(engine.tables)
         self.version = 0  # the room's progress: one step per change it broadcast
         self.subs = {}  # (socket, query id) -> RoomSub
@@ -238,26 +239,55 @@ class LiveRoom:
                 socket.deliver([_outcome(result.mid, result.verdict, result.reason, envelope)])
             return result
 
-    def flush(self):
-        """Flush the host's pending mutations (a no-op without any)."""
+    def flush(self, *, wait=False):
+        """
+        Flush the host's pending mutations (a no-op without any). The database write
+        runs WITHOUT the room's lock (``RoomHost.send``): mutations arriving meanwhile
+        are applied and broadcast at once, and pending for the next flush. A flush
+        already in flight makes this a no-op, unless ``wait``: then it waits for that
+        one to land and flushes what is left.
+        """
         with self.lock:
-            if self.closed or not self.host.pending:
+            if wait:
+                self._settle()
+            if self.closed or not self.host.pending or self.host.in_flight:
                 return None
             try:
-                result = self.host.flush()
+                flight = self.host.begin_flush()
             except RoomClosed:
                 logger.warning("rindle room %r closed at a flush", self.doc, exc_info=True)
                 self._close()
                 return None
-            self._after_flush(result)
-            return result
+        try:
+            self.host.send(flight)
+        finally:
+            with self.lock:
+                try:
+                    result = self.host.end_flush(flight)
+                except RoomClosed:
+                    logger.warning("rindle room %r closed at a flush", self.doc, exc_info=True)
+                    self._close()
+                    result = None
+                finally:
+                    self._landed.notify_all()
+                if result is not None:
+                    self._after_flush(result)
+        return result
+
+    def _settle(self):
+        """Wait (the lock released meanwhile) until no flush of this room is in flight."""
+        while self.host.in_flight and not self.closed:
+            self._landed.wait(1.0)
 
     def drain(self):
         """Flush, and promise the fence of a downgrade: the next flush's offset (None: closed)."""
         with self.lock:
             if self.closed:
                 return None
-            self.flush()
+            self.flush(wait=True)
+            self._settle()
+            if self.closed:
+                return None
             self.draining = True
             self.seal_by = time.monotonic() + SEAL_WAIT
             return self.host.next_offset()
@@ -265,6 +295,7 @@ class LiveRoom:
     def seal_if_drained(self):
         """Commit the drained room's promised fence (an empty flush if nothing is pending)."""
         with self.lock:
+            self._settle()
             if self.host.closed is not None or not self.draining:
                 return
             self.draining = False
@@ -401,7 +432,7 @@ class RoomRegistry:
         """``socket`` went away; the room's last socket flushes (seals) and drops it."""
         if not room.leave(socket):
             return
-        room.flush()
+        room.flush(wait=True)
         if room.draining:
             self._sealing[room.doc] = room  # sealed by the hydrate, or by the flusher
         with self._lock:
@@ -488,7 +519,7 @@ class RoomRegistry:
             room.seal_if_drained()
         for room in rooms:
             try:
-                room.flush()
+                room.flush(wait=True)
                 room.seal_if_drained()
             except Exception:
                 logger.exception("rindle room %r: the final flush failed", room.doc)

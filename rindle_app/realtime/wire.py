@@ -12,6 +12,18 @@ from ..exceptions import FRAME_ERROR, FRAME_QUERY_ERROR, RindleError, to_frame
 from ..ivm.compare import COMPARATOR_VERSION
 from ..ivm.normalized import normalized_fp, normalized_table_schemas
 
+# The websocket subprotocol of the rindle clients. In affinity mode @rindle/remote
+# offers it (with an ``aff.*`` placement ticket): a browser closes a socket whose
+# handshake does not select one of the subprotocols it offered, so it is selected
+# whenever offered. A ticket is never selected: this server mints none, and the
+# client leases ticketless once its wait for one times out.
+SUBPROTOCOL = "rindle.v1"
+
+
+def subprotocol(scope):
+    """The subprotocol to select in the handshake of ``scope`` (None: offer none)."""
+    return SUBPROTOCOL if SUBPROTOCOL in (scope.get("subprotocols") or ()) else None
+
 
 def dumps(value):
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

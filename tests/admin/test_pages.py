@@ -303,6 +303,43 @@ def test_the_app_index_links_the_fleet_page(ledger, operator):
     assert f'href="{FLEET}"' in response.text
 
 
+USAGE = "/admin/rindle_app/usage/"
+
+
+def test_the_admin_index_has_a_usage_entry_that_opens_the_fleet_page(ledger, operator):
+    """The admin index lists "Usage" in rindle's section; it opens the fleet page."""
+    busy_fleet(ledger)
+    assert reverse("admin:rindle_app_usage_changelist") == USAGE
+    index = operator.get(reverse("admin:index"))
+    assert index.status_code == 200
+    assert f'<a href="{USAGE}">Usage</a>' in index.text
+    response = operator.get(USAGE, follow=True)
+    assert response.status_code == 200
+    assert response.redirect_chain == [(FLEET, 302)]
+    assert "acme" in response.text
+
+
+def test_the_usage_entry_follows_the_flow_view_permission(ledger, staff, django_user_model):
+    """Staff who may view the flow see and open "Usage"; staff without it get neither."""
+    client = staff()
+    assert USAGE not in client.get(reverse("admin:index")).text
+    assert client.get(USAGE).status_code == 403
+    user = django_user_model.objects.get(username="staff")
+    user.user_permissions.add(Permission.objects.get(codename="view_flowdayrecord"))
+    assert f'<a href="{USAGE}">Usage</a>' in client.get(reverse("admin:index")).text
+    assert client.get(USAGE, follow=True).status_code == 200
+
+
+def test_a_signed_in_user_who_is_not_staff_is_sent_to_the_login(ledger, client, django_user_model):
+    """A non-staff user, even one holding the flow permission, never reaches the pages."""
+    user = django_user_model.objects.create_user("visitor")
+    user.user_permissions.add(Permission.objects.get(codename="view_flowdayrecord"))
+    client.force_login(user)
+    for url in (USAGE, FLEET):
+        response = client.get(url)
+        assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
 # --- a namespace's page ---------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """The ``rindle_seed_demo`` management command."""
 
+import re
 from io import StringIO
 
 import pytest
@@ -74,3 +75,27 @@ def test_another_seed_adds_new_issues_beside_the_old(seed):
     out = seed(issues=10, seed=2)
     assert "0 user, 10 issue" in out
     assert counts()["issue"] == 20
+
+
+def test_under_debug_the_seed_creates_a_demo_admin_once(seed, settings, django_user_model):
+    """Under DEBUG the first seed creates superuser 'admin' and prints its password once."""
+    settings.DEBUG = True
+    out = seed(issues=1, seed=1)
+    match = re.search(r"as 'admin', password (\S+)$", out, re.M)
+    assert match, out
+    admin = django_user_model.objects.get(username="admin")
+    assert admin.is_superuser and admin.is_staff and admin.check_password(match.group(1))
+
+    again = seed(issues=1, seed=1)
+    assert "password" not in again.replace("changepassword", "")
+    assert "as 'admin'" in again and "changepassword admin" in again
+    assert django_user_model.objects.count() == 1
+
+
+def test_with_debug_off_the_seed_creates_no_admin(seed, settings, django_user_model):
+    """Outside DEBUG (or with --no-admin) no account is made; the output names createsuperuser."""
+    settings.DEBUG = False
+    assert "python manage.py createsuperuser" in seed(issues=1, seed=1)
+    settings.DEBUG = True
+    assert "python manage.py createsuperuser" in seed(issues=1, seed=1, no_admin=True)
+    assert not django_user_model.objects.exists()

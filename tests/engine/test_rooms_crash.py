@@ -6,10 +6,11 @@ the ledger covers, "no outcome row" holds exactly when the mutation was applied.
 """
 
 import random
-from collections import Counter
 
 import pytest
 from django.db import connection
+
+from tests.support.room_ledger import check_room_ledger
 
 from .test_ingest_crash import WRITES, run_child
 
@@ -19,32 +20,9 @@ STEPS = ("admitted", "effects", "ledger", "cursor", "committed")
 
 
 def check(table):
-    with connection.cursor() as cursor:
-        cursor.execute(f'SELECT label FROM "{table}"')
-        labels = Counter(r[0] for r in cursor.fetchall())
-        cursor.execute("SELECT doc, client_id, last_mutation_id FROM _rindle_room_client_mutations")
-        lmids = {doc: (client, lmid) for doc, client, lmid in cursor.fetchall()}
-        cursor.execute("SELECT doc, client_id, mid FROM _rindle_room_mutation_outcomes")
-        outcomes = {(doc, client, mid) for doc, client, mid in cursor.fetchall()}
-        cursor.execute('SELECT source, "offset" FROM _rindle_source_offsets')
-        cursors = {source: int(offset) for source, offset in cursor.fetchall()}
-        cursor.execute("SELECT count(*) FROM _rindle_client_mutations")
-        (slow_path,) = cursor.fetchone()
-    assert max(labels.values(), default=1) == 1, f"a mutation applied twice: {labels}"
-    assert slow_path == 0, "a room flush wrote the slow-path ledger"
-    landed = 0
-    for k in range(NAMES):
-        doc = f"D{k}"
-        client, lmid = lmids.get(doc, (f"c{k}", 0))
-        assert cursors.get(f"room:{doc}", 0) == lmid, "the ledger and the cursor disagree"
-        for mid in range(1, lmid + 1):
-            applied = f"{doc}:{mid}" in labels
-            assert applied == ((doc, client, mid) not in outcomes), (doc, mid)
-            assert applied == (mid % REJECT_ROOM_EVERY != 0), (doc, mid)
-        beyond = [m for m in range(lmid + 1, WRITES + 1) if f"{doc}:{m}" in labels]
-        assert not beyond, f"{doc}: applied but not recorded by the ledger: {beyond}"
-        landed += lmid
-    return landed
+    return check_room_ledger(
+        table, docs=NAMES, writes=WRITES, reject_every=REJECT_ROOM_EVERY, cursors=True
+    )
 
 
 @pytest.mark.parametrize("step", STEPS)

@@ -11,7 +11,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from rindle_app.exceptions import MutationGap, RoomBusy, RoomClosed, RoomReject
-from rindle_app.realtime.room_host import RoomHost
+from rindle_app.realtime.room_host import FlushResult, RoomHost
 
 TABLE = "room_host_rows"
 DOC = "notes/7"
@@ -479,6 +479,9 @@ step = st.one_of(
     st.tuples(st.just("replay"), st.integers(0, CLIENTS - 1), st.integers(0, 5)),
     st.tuples(st.just("gap"), st.integers(0, CLIENTS - 1), st.integers(2, 4)),
     st.just(("flush",)),
+    # A flush split as the room transport runs it: mutations arrive after it began,
+    # before and after its write, then it ends, and a flush takes the newcomers.
+    st.tuples(st.just("flight"), st.lists(mutation, max_size=4), st.integers(0, 4)),
     st.just(("reboot",)),
 )
 
@@ -494,7 +497,8 @@ EXAMPLES = [0]
 def test_random_rooms_keep_outcomes_sound_and_the_database_equal_to_the_host(room, steps):
     """
     Over random mutations (some rejecting, some unknown), replays, gaps, outside
-    writes to the batch's rows, reboots and flushes: after every flush the database
+    writes to the batch's rows, reboots, flushes and split flushes with mutations
+    arriving while they are in flight: after every flush the database
     holds the host's rows, "no outcome row" under the room lmid is exactly "applied",
     lmids only go up and the slow-path ledger is untouched.
     """
@@ -524,6 +528,10 @@ def test_random_rooms_keep_outcomes_sound_and_the_database_equal_to_the_host(roo
             model.external(s[1], s[2])
         elif kind == "flush":
             model.flush()
+        elif kind == "flight":
+            model.flight(
+                [(clients[c], n, {"id": keys[k], "label": lb}) for _, c, n, k, lb in s[1]], s[2]
+            )
         else:
             model.reboot()
     model.flush()
@@ -596,6 +604,28 @@ class Model:
             self.flushed(result, before)
         else:
             assert not result.flushed
+
+    def flight(self, during, split):
+        before = [r for r in db_rows() if r["id"].startswith(self.prefix)]
+        flight = self.host.begin_flush()
+        if flight is None:
+            return
+        for client, name, args in during[:split]:
+            self.mutate(client, name, args)
+        self.host.send(flight)
+        for client, name, args in during[split:]:
+            self.mutate(client, name, args)
+        first = self.host.end_flush(flight)
+        assert first.flushed != bool(first.rebases), first  # durable, or rebased
+        self.rejudged(first)
+        rest = self.host.flush() if self.host.pending else first
+        assert rest.flushed, rest
+        self.flushed(rest if rest is not first else FlushResult(True), before)
+
+    def rejudged(self, result):
+        for change in result.verdicts:
+            assert self.verdicts[(change.client_id, change.mid)] == change.before
+            self.verdicts[(change.client_id, change.mid)] = change.after
 
     def flushed(self, result, before=None):
         for change in result.verdicts:
@@ -687,3 +717,63 @@ def reference(rows, batch):
         state = tx.rows
         verdicts.append("applied")
     return sorted(state.values(), key=lambda r: r["id"]), verdicts
+
+
+# --- the transport's flush: the room's lock is free while the batch is written -------------
+
+
+class Socket:
+    """A room socket that keeps what the room delivers."""
+
+    def __init__(self):
+        self.frames = []
+
+    def deliver(self, frames):
+        self.frames.extend(frames)
+
+    def close_later(self, code):
+        self.frames.append(("closed", code))
+
+
+def test_a_mutation_reaches_peers_while_a_flush_is_being_written(room, monkeypatch):
+    """
+    A room's flush writes without the room's lock: a mutation that arrives meanwhile
+    is applied and broadcast at once, not after the commit, and the next flush makes
+    it durable on top of the first.
+    """
+    import threading
+    import time
+
+    from rindle_app.realtime.room_server import LiveRoom
+
+    live = LiveRoom(room, DOC, RoomHost(room, DOC, mutators=MUTATORS, load=load_prefix("")))
+    live.boot([TABLE])
+    peer = Socket()
+    live.sockets.add(peer)
+    live.mutate(
+        Socket(), {"clientID": "c1", "mid": 1, "name": "put", "args": {"id": "r1", "label": "a"}}
+    )
+    real, writing, release = room.commit_room_flush, threading.Event(), threading.Event()
+
+    def slow(*args, **kwargs):  # a commit that takes as long as the test says
+        writing.set()
+        assert release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(room, "commit_room_flush", slow)
+    flusher = threading.Thread(target=live.flush)
+    flusher.start()
+    assert writing.wait(10)
+    started = time.monotonic()
+    before = len(peer.frames)
+    envelope = {"clientID": "c2", "mid": 1, "name": "put", "args": {"id": "r2", "label": "b"}}
+    assert live.mutate(Socket(), envelope).verdict == "applied"
+    assert time.monotonic() - started < 0.5 and len(peer.frames) > before  # broadcast now
+    assert live.host.in_flight and live.host.pending == 2
+    release.set()
+    flusher.join(10)
+    assert live.host.pending == 1 and db_rows() == [{"id": "r1", "label": "a", "n": 0}]
+    monkeypatch.undo()
+    assert live.flush().flushed and live.host.pending == 0
+    assert db_rows() == [{"id": "r1", "label": "a", "n": 0}, {"id": "r2", "label": "b", "n": 0}]
+    assert room.room_lmids(DOC, ["c1", "c2"]) == {"c1": 1, "c2": 1}

@@ -6,12 +6,12 @@ lmid "no outcome row" holds exactly when the mutation was applied.
 """
 
 import random
-from collections import Counter
 
 import pytest
 from django.db import connection
 
 from tests.engine.test_ingest_crash import WRITES, run_child
+from tests.support.room_ledger import check_room_ledger
 
 NAMES = 3  # the child's docs D0..D2 (tests/support/crash_child.py, mode room_host)
 BATCH = 3  # mids per flush (ROOM_HOST_BATCH)
@@ -20,30 +20,9 @@ STEPS = ("admitted", "effects", "ledger", "cursor", "committed")
 
 
 def check(table):
-    with connection.cursor() as cursor:
-        cursor.execute(f'SELECT label FROM "{table}"')
-        labels = Counter(r[0] for r in cursor.fetchall())
-        cursor.execute("SELECT doc, client_id, last_mutation_id FROM _rindle_room_client_mutations")
-        lmids = {doc: (client, lmid) for doc, client, lmid in cursor.fetchall()}
-        cursor.execute("SELECT doc, client_id, mid FROM _rindle_room_mutation_outcomes")
-        outcomes = {(doc, client, mid) for doc, client, mid in cursor.fetchall()}
-        cursor.execute("SELECT count(*) FROM _rindle_client_mutations")
-        (slow_path,) = cursor.fetchone()
-    assert max(labels.values(), default=1) == 1, f"a mutation applied twice: {labels}"
-    assert slow_path == 0, "a room host wrote the slow-path ledger"
-    landed = 0
-    for k in range(NAMES):
-        doc = f"D{k}"
-        client, lmid = lmids.get(doc, (f"c{k}", 0))
-        assert lmid % BATCH == 0, f"{doc}: a flush landed in part ({lmid})"
-        for mid in range(1, lmid + 1):
-            applied = f"{doc}:{mid}" in labels
-            assert applied == ((doc, client, mid) not in outcomes), (doc, mid)
-            assert applied == (mid % REJECT_EVERY != 0), (doc, mid)
-        beyond = [m for m in range(lmid + 1, WRITES + 1) if f"{doc}:{m}" in labels]
-        assert not beyond, f"{doc}: applied but not recorded by the ledger: {beyond}"
-        landed += lmid
-    return landed
+    return check_room_ledger(
+        table, docs=NAMES, writes=WRITES, reject_every=REJECT_EVERY, batch=BATCH
+    )
 
 
 @pytest.mark.parametrize("step", STEPS)

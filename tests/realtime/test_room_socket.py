@@ -263,6 +263,7 @@ async def test_a_failed_downgrade_seal_is_logged_and_raises_nowhere(live, caplog
 
     class Host:
         closed = None
+        in_flight = False
 
         def seal(self):
             raise Unavailable("the database is down")
@@ -271,3 +272,96 @@ async def test_a_failed_downgrade_seal_is_logged_and_raises_nowhere(live, caplog
     room.draining = True
     room.seal_if_drained()
     assert room.draining is False and "downgrade seal failed" in caplog.text
+
+
+# --- the room socket keeps the main socket's rules of who may do what --------------------
+
+
+def token_lease(raw, client_id):
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    body = {"name": "issueDetail", "args": ISSUE, "clientId": client_id}
+    reply = http.post("/api/rindle/query", json.dumps(body), content_type="application/json")
+    assert reply.status_code == 200, reply.content
+    return reply.json()
+
+
+def bearer(raw):
+    return [ORIGIN, (b"authorization", f"Bearer {raw}".encode())]
+
+
+async def test_a_read_only_token_may_not_mutate_in_a_room(people):
+    from rindle_app import tokens
+
+    ada, bob = people
+    await db(lease)(ada, "A")
+    raw, _ = await db(tokens.create)(bob, ["read"])
+    rt = (await db(token_lease)(raw, "B"))["realtime"]
+    socket = Client(headers=bearer(raw), path=ROOM_PATH)
+    assert await socket.connect()
+    await socket.send({"t": "init", "clientID": "B"})
+    await socket.send({"t": "subscribe", "queryId": 1, "leaseToken": rt["roomToken"]})
+    assert (await socket.recv_until("progress"))[0]["t"] == "nhello"  # it may read
+    envelope = {"clientID": "B", "mid": 1, "name": "editTitle"}
+    args = {"id": ISSUE, "title": "by a reader", "updatedAt": 5}
+    await socket.send({"t": "pushMutation", "envelope": {**envelope, "args": args}})
+    reply = await socket.recv_until("error")
+    assert (reply[-1]["code"], reply[-1]["mid"]) == ("unauthorized", 1), reply
+    await socket.close()
+    assert await db(issue_row)() == ("first", "todo", 1)
+    assert (await db(ledgers)())[0] == []  # the room ledger never saw mid 1
+
+
+async def test_a_signed_out_user_loses_the_room_socket(people, settings):
+    settings.RINDLE = {**settings.RINDLE, "WS_AUTH_RECHECK_SECONDS": 0.1}
+    ada, bob = people
+    await db(lease)(bob, "B")
+    rt = (await db(lease)(ada, "A"))["realtime"]
+    http = HttpClient()
+    await db(http.force_login)(ada)
+    cookie = f"sessionid={http.cookies['sessionid'].value}".encode()
+    socket = Client(headers=[ORIGIN, (b"cookie", cookie)], path=ROOM_PATH)
+    assert await socket.connect()
+    await socket.send({"t": "init", "clientID": "A"})
+    await socket.send({"t": "subscribe", "queryId": 1, "leaseToken": rt["roomToken"]})
+    assert (await socket.recv_until("progress"))[0]["t"] == "nhello"
+    await db(http.logout)()
+    while True:  # frames already queued may come first; then the close
+        out = await socket.comm.receive_output(timeout=3)
+        if out["type"] == "websocket.close":
+            break
+    assert out["code"] == 4401
+
+
+async def test_room_sockets_count_under_their_principal_with_the_main_sockets(people, settings):
+    settings.RINDLE = {**settings.RINDLE, "WS_MAX_SOCKETS_PER_PRINCIPAL": 1}
+    main = Client(headers=[ORIGIN])  # an anonymous socket of the same address
+    assert await main.connect()
+    room = Client(headers=[ORIGIN], path=ROOM_PATH)
+    assert await room.connect()
+    closed = await room.comm.receive_output(timeout=3)
+    assert closed == {"type": "websocket.close", "code": 4429}
+    await main.close()
+    again = Client(headers=[ORIGIN], path=ROOM_PATH)  # the main socket's slot is free again
+    assert await again.connect()
+    await again.nothing()
+    await again.close()
+
+
+async def test_a_room_sockets_bytes_count_under_its_namespace(people):
+    from rindle_app import flow
+
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+
+    def today():
+        return flow.get_ledger().today("anonymous", flow.now_ms())
+
+    before = await db(today)()
+    socket, frames = await room_socket("B", rt["roomToken"])
+    await socket.close()
+    after = await db(today)()
+    grown_in = after.bytes_in - (before.bytes_in if before else 0)
+    grown_out = after.bytes_out - (before.bytes_out if before else 0)
+    assert grown_in > 0 and grown_out >= sum(len(json.dumps(f)) // 2 for f in frames)

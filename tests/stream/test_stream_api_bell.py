@@ -19,6 +19,7 @@ from rindle_app import tokens
 from rindle_app.runtime import get_runtime, shutdown
 from rindle_app.stream import fence, notify
 from rindle_app.stream import state as stream_state
+from tests.conftest import scrape_metrics
 from tests.support.views import token_client
 from tests.support.waiting import wait_for
 
@@ -212,6 +213,10 @@ def test_past_the_waiter_cap_a_waiting_request_is_503_stream_busy_with_retry_aft
         assert "STREAM_LONG_POLL_MAX_WAITERS" in error["message"]
     served = clients[2].get("/v1/stream", {"cursor": cursor})
     assert served.status_code == 200 and served.json()["events"] == []
+    metrics = scrape_metrics()  # an operator sees the cap reached, and the refusals
+    assert 'rindle_stream_waiters{database="default",kind="waiting"} 2.0' in metrics
+    assert 'rindle_stream_waiters{database="default",kind="limit"} 2.0' in metrics
+    assert 'rindle_stream_busy_total{database="default"} 2.0' in metrics
     commit_and_publish("wake")
     for poll in polls:
         response = poll.join()

@@ -10,7 +10,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from rindle_app import exceptions
 
-DEFAULT_PATH = Path(exceptions.__file__).resolve().parent.parent / "docs/reference/errors.md"
+# Relative to the current directory, like makemessages: run from the checkout's root. An
+# installed rindle_app has no docs/ beside it.
+DEFAULT_PATH = Path("docs", "reference", "errors.md")
 
 _HEADER = """\
 # Error codes
@@ -99,7 +101,9 @@ class Command(BaseCommand):
     requires_system_checks = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--output", "-o", default=str(DEFAULT_PATH), help="the file to write")
+        parser.add_argument(
+            "--output", "-o", default=str(DEFAULT_PATH), help="default: docs/reference/errors.md"
+        )
         parser.add_argument(
             "--check", action="store_true", help="only fail if the file is not current"
         )

@@ -73,8 +73,12 @@
  * (the room domain), confirmed by the room lmid (durable once the room flushed them). A
  * `mutationOutcome` of `rejected` settles one like a refusal, `deopt` sends it again on the
  * main path. When the room socket closes, or a renewal comes back without `realtime`, the
- * Live subscribes on the main socket again (the room's rows stay until its snapshot lands)
- * and unconfirmed room mutations are sent on the main path. Limits: only a query without
+ * Live subscribes on the main socket again (the room's rows stay until its snapshot lands).
+ * Room mutations never sent go on the main path; one SENT stays in the room's domain (the
+ * room may have made it durable before the socket died), so it is never applied twice:
+ * the doc's next room takes it again under its mid (a replay if durable), or, when a
+ * downgrade's lease carries the fence streams, the room ledger and outcomes decide it once
+ * the room's watermark passed `realtimeFence.finalFlushSeq`. Limits: only a query without
  * relationships is served from a room (its rows are the room's normalized rows; joining
  * them would need the query's correlations, which the flat hello does not carry); room
  * mutators go to a room only while exactly one room is open.
@@ -96,6 +100,10 @@ const LEASE_URL = "/api/rindle/query";
 const LEASE_RENEW_MAX_MS = 60000;
 const LEASE_RETRY_MS = 2000;
 const DOORBELL_SETTLE_MS = 50;
+// The room fence streams a downgrade's lease carries (lifecycle.fence), by table.
+const ROOM_WATERMARK = "_rindle_room_watermark";
+const ROOM_LEDGER = "_rindle_room_client_mutations";
+const ROOM_OUTCOMES = "_rindle_room_mutation_outcomes";
 const OPEN = 1; // WebSocket.OPEN
 const EMPTY = Object.freeze([]);
 
@@ -523,6 +531,11 @@ export class Connection {
       fetch: realtime.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis)),
     };
     this._rooms = new Map(); // doc -> room (see _openRoom)
+    // doc -> {entries, fence}: room mutations SENT to a room that went away before it
+    // confirmed them. A sent mutation is never sent on the main path (the room may have
+    // made it durable): the doc's next room takes them again under their mids (replays
+    // absorbed), or a downgrade's fence streams resolve them (see _watchFence).
+    this._orphans = new Map();
     if (options.onStatus) this.on("status", options.onStatus);
     if (options.onPending) this.on("pending", options.onPending);
     if (options.onRejected) this.on("rejected", options.onRejected);
@@ -565,6 +578,7 @@ export class Connection {
   get pending() {
     let n = this._pending.length;
     for (const room of this._rooms.values()) n += room.pending.length;
+    for (const held of this._orphans.values()) n += held.entries.length;
     return n;
   }
 
@@ -1181,6 +1195,10 @@ export class Connection {
     if (block && rt.room && rt.room.doc !== block.doc) this._leaveRoom(live);
     if (block && !rt.unservable) this._joinRoom(live, block);
     else if (rt.room) this._leaveRoom(live);
+    if (!block && lifecycle.fence && rt.doc) {
+      const final = body.realtimeFence ? body.realtimeFence.finalFlushSeq : 0;
+      this._watchFence(rt.doc, lifecycle.fence, final);
+    }
     this._emitRealtime(live);
     let ms = LEASE_RENEW_MAX_MS;
     for (const exp of [body.expiresAt, block && block.exp]) {
@@ -1280,6 +1298,7 @@ export class Connection {
       memoryMid: 0,
     };
     this._rooms.set(room.doc, room);
+    this._adoptOrphans(room);
     const ws = new this._WebSocket(room.url);
     room.ws = ws;
     ws.onopen = () => {
@@ -1362,12 +1381,110 @@ export class Connection {
         if (lost) this._scheduleLease(live, DOORBELL_SETTLE_MS); // a new host may take it
       }
     }
-    // What the room did not confirm goes on the main path (a host that flushed it but
-    // died before the confirmation reached this tab would see it applied twice).
+    // What the room never received goes on the main path. What it was sent stays in
+    // the room's domain under its mid: the room may have flushed it and died before the
+    // confirmation reached this tab, so the main path could apply it twice.
     const moved = room.pending;
     room.pending = [];
-    for (const e of moved) this._pending.push({ ...e, mid: null });
-    if (moved.length && !this._closed) this._flushPending();
+    const sent = moved.filter((e) => e.mid !== null);
+    for (const e of moved) if (e.mid === null) this._pending.push({ ...e, mid: null });
+    if (sent.length) {
+      const held = this._orphans.get(room.doc) || { entries: [], fence: null, stuck: false };
+      held.entries.push(...sent);
+      held.entries.sort((a, b) => a.mid - b.mid);
+      this._orphans.set(room.doc, held);
+    }
+    if (moved.length > sent.length && !this._closed) this._flushPending();
+  }
+
+  // --- rooms: mutations a lost room was sent --------------------------------------------
+
+  /** A new room of ``doc`` takes back what the last one was sent but never confirmed. */
+  _adoptOrphans(room) {
+    const held = this._orphans.get(room.doc);
+    if (!held) return;
+    this._orphans.delete(room.doc);
+    this._dropFence(held);
+    room.pending.push(...held.entries);
+  }
+
+  /**
+   * A lease of ``doc`` without a room, carrying the fence streams (a downgrade): watch
+   * them on the main socket to resolve the sent mutations the room held. Once the
+   * room's watermark reached ``finalFlushSeq`` its ledger is final: a mid it covers
+   * was applied, or refused as its outcome row says (a deopt is sent on the main path);
+   * a mid past it never reached the room and cannot be decided: it stays pending and
+   * an ``error`` event (``room_mutation_undecided``) names it once.
+   */
+  _watchFence(doc, fence, finalFlushSeq) {
+    const held = this._orphans.get(doc);
+    if (!held || held.fence) return;
+    const streams = {};
+    for (const entry of fence) {
+      const sub = this._addSub("_rindle/lifecycle", null, null, false, entry.leaseToken);
+      sub.onRows = () => this._resolveOrphans(doc);
+      streams[entry.table] = sub;
+    }
+    held.fence = { streams, finalFlushSeq: Number(finalFlushSeq) || 0 };
+  }
+
+  _dropFence(held) {
+    if (!held.fence) return;
+    for (const sub of Object.values(held.fence.streams)) this._dropSub(sub);
+    held.fence = null;
+  }
+
+  _resolveOrphans(doc) {
+    const held = this._orphans.get(doc);
+    if (!held || !held.fence) return;
+    const { streams, finalFlushSeq } = held.fence;
+    const rows = (table) => {
+      const sub = streams[table];
+      return sub && sub.ready && sub.tree ? sub.tree.rows() : null;
+    };
+    const marks = rows(ROOM_WATERMARK);
+    const ledger = rows(ROOM_LEDGER);
+    const outcomes = rows(ROOM_OUTCOMES);
+    if (!marks || !ledger || !outcomes) return; // every stream's snapshot first
+    const mark = marks.find((r) => r.doc === doc);
+    if ((mark ? Number(mark.flush_seq) : 0) < finalFlushSeq) return; // the fence holds
+    const mine = ledger.find((r) => r.doc === doc && r.client_id === this.clientID);
+    const lmid = mine ? Number(mine.last_mutation_id) : 0;
+    const outcome = new Map();
+    for (const r of outcomes) {
+      if (r.doc === doc && r.client_id === this.clientID) outcome.set(Number(r.mid), r);
+    }
+    const left = [];
+    let rerouted = false;
+    for (const e of held.entries) {
+      if (e.mid > lmid) {
+        left.push(e);
+        continue;
+      }
+      const o = outcome.get(e.mid);
+      if (o && o.kind === "deopt") {
+        this._pending.push({ ...e, mid: null });
+        rerouted = true;
+      } else if (o) {
+        const reason = o.reason || e.rejected || "rejected";
+        this._emit("rejected", { mid: e.mid, name: e.name, args: e.args, reason });
+        e.resolve({ mid: e.mid, rejected: true, reason });
+      } else {
+        e.resolve({ mid: e.mid, rejected: false });
+      }
+    }
+    held.entries = left;
+    if (!left.length) {
+      this._orphans.delete(doc);
+      this._dropFence(held);
+    } else if (!held.stuck) {
+      held.stuck = true;
+      const mids = left.map((e) => e.mid);
+      console.warn(`rindle: room mutations ${mids} of ${doc} never reached its room; held`);
+      this._emit("error", { code: "room_mutation_undecided", doc, mids });
+    }
+    this._emit("pending", this.pending);
+    if (rerouted) this._flushPending();
   }
 
   // --- rooms: frames ----------------------------------------------------------------------
@@ -1565,7 +1682,18 @@ export class Connection {
       }
       this._emit("pending", this.pending);
     }
-    if (first) this._flushRoomPending(room);
+    if (first) {
+      // Taken back from a lost room: sent again under their mids, in order (the room
+      // absorbs any it already made durable as a replay).
+      for (const e of room.pending) {
+        if (e.mid === null) continue;
+        this._roomSend(room, {
+          t: "pushMutation",
+          envelope: { clientID: this.clientID, mid: e.mid, name: e.name, args: e.args },
+        });
+      }
+      this._flushRoomPending(room);
+    }
   }
 }
 

@@ -1,8 +1,11 @@
 """``manage.py rindle_seed_demo``: fill the issue tracker with deterministic sample data."""
 
 import random
+import secrets
 import time
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from rindle_app.runtime import get_runtime
@@ -112,8 +115,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--issues", type=int, default=5000, help="issues to create")
         parser.add_argument("--seed", type=int, default=1, help="seed of the sample data")
+        parser.add_argument(
+            "--no-admin",
+            action="store_true",
+            help="do not create the demo admin (which is only ever created under DEBUG)",
+        )
 
-    def handle(self, *args, issues, seed, **options):
+    def handle(self, *args, issues, seed, no_admin=False, **options):
         if issues < 0:
             raise CommandError("--issues must not be negative")
         counts = dict.fromkeys(["user", "issue", "tag", "comment"], 0)
@@ -128,3 +136,23 @@ class Command(BaseCommand):
         total = sum(counts.values())
         detail = ", ".join(f"{n} {table}" for table, n in counts.items())
         self.stdout.write(f"Inserted {total} rows ({detail}) in {elapsed:.1f}s at cv {commit.cv}.")
+        self.stdout.write(self.admin_login(create=not no_admin))
+
+    def admin_login(self, create):
+        """
+        How to sign in to /admin/. Under DEBUG, with no superuser yet, a demo admin
+        ``admin`` with a random password printed once; never with DEBUG off, where a
+        printed password would end up in a deployment's logs.
+        """
+        users = get_user_model()
+        superuser = users.objects.filter(is_superuser=True).order_by("pk").first()
+        if superuser is not None:
+            return (
+                f"Admin: sign in at /admin/ as {superuser.get_username()!r} "
+                f"(`python manage.py changepassword {superuser.get_username()}` resets it)."
+            )
+        if not (settings.DEBUG and create):
+            return "Admin: `python manage.py createsuperuser` creates a login for /admin/."
+        password = secrets.token_urlsafe(12)
+        users.objects.create_superuser("admin", "admin@example.com", password)
+        return f"Admin (demo only, DEBUG): sign in at /admin/ as 'admin', password {password}"

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { beforeEach, test } from "node:test";
 
 import { LMID_QUERY, connect } from "../../../../rindle_app/static/rindle/rindle.js";
-import { FakeClock, FakeSocket, LMID_SCHEMA, MemoryStorage, add, batch, hello, progress } from "./harness.mjs";
+import { FakeClock, FakeSocket, LMID_SCHEMA, MemoryStorage, add, batch, edit, hello, progress } from "./harness.mjs";
 
 const HEAD = {
   columns: ["id", "title"],
@@ -210,18 +210,118 @@ test("when the room socket closes the query goes back to the main socket, rows k
   const sent = main.take();
   const resub = sent.find((f) => f.t === "subscribe" && f.name === "issueLive");
   assert.ok(resub, "subscribed on the main socket again");
-  const moved = sent.find((f) => f.t === "pushMutation");
-  assert.equal(moved.envelope.args.title, "unconfirmed", "the unconfirmed room mutation goes the main path");
+  assert.equal(
+    sent.find((f) => f.t === "pushMutation"),
+    undefined,
+    "a room mutation already sent never goes the main path: the room may have made it durable",
+  );
+  assert.equal(conn.pending, 1, "it is still pending, in the room's domain");
   assert.equal(live.row.title, "Room title", "the room's rows stay until the main snapshot");
   main.receive(
     hello(resub.queryId, 1, HEAD),
-    batch(resub.queryId, 1, 0, HEAD, [add(["i1", "unconfirmed"])], 5),
+    batch(resub.queryId, 1, 0, HEAD, [add(["i1", "Main title"])], 5),
     progress(5),
   );
-  assert.equal(live.row.title, "unconfirmed");
+  assert.equal(live.row.title, "Main title");
   conn.mutate("editTitle", { title: "after" });
   assert.equal(main.take().find((f) => f.t === "pushMutation").envelope.args.title, "after");
   assert.ok(clock.delays().includes(50), "a new lease is asked for (a new host may serve it)");
+});
+
+test("the doc's next room takes back what the lost one was sent, under the same mid", async () => {
+  const { conn, main } = await leased(lease());
+  const { room } = joinRoom();
+  const done = conn.mutate("editTitle", { id: "i1", title: "sent" });
+  assert.equal(room.take().at(-1).envelope.mid, 1);
+  room.drop();
+  main.take();
+  answers.push(lease());
+  clock.advance(50);
+  await tick();
+  await tick();
+  const again = FakeSocket.last;
+  assert.notEqual(again, room, "a new room socket");
+  again.open();
+  const qid = again.take()[2].queryId;
+  again.receive(nhello(0, [LEDGER_TABLE]), nbatch(0, 0, [], 0), progress(0));  // lmid 0: not durable
+  assert.deepEqual(again.take(), [
+    { t: "pushMutation", envelope: { clientID: "c1", mid: 1, name: "editTitle", args: { id: "i1", title: "sent" } } },
+  ]);
+  again.receive(nhello(qid, [ISSUE_TABLE]), nbatch(qid, 0, [{ table: "issue", op: "add", row: ["i1", "sent", "todo"] }], 1), progress(1));
+  again.receive(nbatch(0, 1, [{ table: LEDGER_TABLE.name, op: "add", row: ["c1", 1] }], 2), progress(2));
+  assert.deepEqual(await done, { mid: 1, rejected: false });
+  assert.equal(conn.pending, 0);
+  assert.equal(main.take().find((f) => f.t === "pushMutation"), undefined, "never on the main path");
+});
+
+test("a room that made it durable before it died confirms it at once: nothing is sent twice", async () => {
+  const { conn } = await leased(lease());
+  const { room } = joinRoom();
+  const done = conn.mutate("editTitle", { id: "i1", title: "flushed" });
+  room.take();
+  room.drop();
+  answers.push(lease());
+  clock.advance(50);
+  await tick();
+  await tick();
+  const again = FakeSocket.last;
+  again.open();
+  again.take();
+  const ledger = [{ table: LEDGER_TABLE.name, op: "add", row: ["c1", 1] }];
+  again.receive(nhello(0, [LEDGER_TABLE]), nbatch(0, 0, ledger, 3), progress(3));
+  assert.deepEqual(await done, { mid: 1, rejected: false });
+  assert.equal(again.take().find((f) => f.t === "pushMutation"), undefined);
+});
+
+const FENCE = [
+  { table: "_rindle_room_watermark", leaseToken: "W", doc: "issue/i1" },
+  { table: "_rindle_room_client_mutations", leaseToken: "M", doc: "issue/i1", clientId: "c1" },
+  { table: "_rindle_room_mutation_outcomes", leaseToken: "O", doc: "issue/i1", clientId: "c1" },
+];
+const MARK = { columns: ["doc", "flush_seq"], primaryKey: [0], sort: [[0, true]], singular: false, relationships: [] };
+const RLEDGER = {
+  columns: ["doc", "client_id", "last_mutation_id"],
+  primaryKey: [0, 1],
+  sort: [[0, true], [1, true]],
+  singular: false,
+  relationships: [],
+};
+const OUTCOMES = {
+  columns: ["doc", "client_id", "mid", "kind", "reason"],
+  primaryKey: [0, 1, 2],
+  sort: [[0, true], [1, true], [2, true]],
+  singular: false,
+  relationships: [],
+};
+
+test("a downgrade's fence streams decide the sent room mutations: applied, rejected, deopt, undecided", async () => {
+  const { conn, main } = await leased(lease());
+  const { room } = joinRoom();
+  room.receive(nbatch(0, 1, [], 1), progress(1));
+  const outcomes = [1, 2, 3, 4].map((n) => conn.mutate("editTitle", { title: `t${n}` }));
+  assert.equal(room.take().filter((f) => f.t === "pushMutation").length, 4);
+  const errors = [];
+  conn.on("error", (e) => errors.push(e));
+  main.take();
+  answers.push({ ...lease({ room: false }), lifecycle: { ...lease().lifecycle, fence: FENCE }, realtimeFence: { sourceKey: "room:issue/i1", doc: "issue/i1", finalFlushSeq: 7 } });
+  clock.advance(60_000);
+  await tick();
+  await tick();
+  const frames = main.take();
+  assert.equal(frames.find((f) => f.t === "pushMutation"), undefined, "nothing is sent before the fence");
+  const qid = (token) => frames.find((f) => f.t === "subscribe" && f.leaseToken === token).queryId;
+  const [w, m, o] = ["W", "M", "O"].map(qid);
+  main.receive(hello(m, 1, RLEDGER), batch(m, 1, 0, RLEDGER, [add(["issue/i1", "c1", 3])], 6), progress(6));
+  main.receive(hello(o, 1, OUTCOMES), batch(o, 1, 0, OUTCOMES, [add(["issue/i1", "c1", 2, "rejected", "no"]), add(["issue/i1", "c1", 3, "deopt", null])], 6), progress(6));
+  main.receive(hello(w, 1, MARK), batch(w, 1, 0, MARK, [add(["issue/i1", "6"])], 6), progress(6));
+  assert.equal(conn.pending, 4, "the watermark is below the fence: nothing is decided");
+  main.receive(batch(w, 1, 1, MARK, [edit(["issue/i1", "6"], ["issue/i1", "7"])], 7), progress(7));
+  assert.deepEqual(await outcomes[0], { mid: 1, rejected: false });
+  assert.deepEqual(await outcomes[1], { mid: 2, rejected: true, reason: "no" });
+  const rerouted = main.take().filter((f) => f.t === "pushMutation");
+  assert.deepEqual(rerouted.map((f) => f.envelope.args.title), ["t3"], "a deopt goes the main path");
+  assert.equal(conn.pending, 2, "t3 on the main path, t4 held");
+  assert.deepEqual(errors.map((e) => [e.code, e.mids]), [["room_mutation_undecided", [4]]]);
 });
 
 test("a renewal without realtime closes the room and serves the query from the main socket", async () => {
