@@ -1117,6 +1117,13 @@ TYPED = {
     "datetime-in": STAMPS_QS.filter(
         at__in=[datetime.datetime(2026, 12, 1, 5, 0, tzinfo=UTC), NOW - datetime.timedelta(days=1)]
     ),
+    "datetime-range": STAMPS_QS.filter(
+        at__range=(
+            datetime.datetime(2026, 12, 1, 5, 0, tzinfo=UTC),
+            NOW - datetime.timedelta(days=1),
+        )
+    ),
+    "exclude-time-range": STAMPS_QS.exclude(clock__range=("09:05", datetime.time(12, 0))),
     "date": STAMPS_QS.filter(at__date=datetime.date(2026, 12, 1)),
     "date-gt": STAMPS_QS.filter(at__date__gt=datetime.date(2026, 11, 30)),
     "date-gte": STAMPS_QS.filter(at__date__gte=datetime.date(2026, 12, 1)),
