@@ -195,6 +195,43 @@ class Engine:
                 listener(t.name)
         return t
 
+    def reload_table(self, table):
+        """
+        Re-read ``table``'s definition from the database, on a connection of its own
+        and without the writer (a reader that met a DDL marker calls it, possibly on
+        the writer's thread: ``engine.schema_changes``). A changed definition
+        replaces the registered one and the schema listeners are told, so only the
+        subscriptions on it are bounced; a table that is gone is forgotten. A table
+        this engine neither registers nor syncs is left alone (another deployment's,
+        or not synced here). Returns the ``Table`` registered now, or None.
+        """
+        from django.db import connections
+
+        from .errors import UnknownTable
+        from .journal import journaled_tables
+        from .schema_changes import synced_tables
+
+        current = self.tables.by_name().get(table)
+        model = synced_tables().get(table)
+        conn = connections.create_connection(self.using)
+        try:
+            with conn.cursor() as cursor:
+                if current is None and model is None:
+                    if table not in journaled_tables(conn, cursor):
+                        return None
+                private = () if current is None else current.private
+                t = introspect(conn, cursor, table, model=model, private=private)
+        except UnknownTable:
+            self.forget_table(table)
+            return None
+        finally:
+            conn.close()
+        if current != t:
+            self.tables.put(t)
+            for listener in tuple(self._schema_listeners):
+                listener(t.name)
+        return t
+
     def forget_table(self, table):
         """Unregister a table that was dropped; its subscriptions are bounced."""
         if self.tables.discard(table) is not None:

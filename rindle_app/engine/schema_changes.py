@@ -192,7 +192,7 @@ class CaptureGuard(Operation):
             existing = set(conn.introspection.table_names(cursor))
             if OUTBOX not in existing:  # rindle's own tables are not there yet
                 return
-            synced = _synced_tables()
+            synced = synced_tables()
             models = self._tables(state)
             names = set(models)
             if OUTBOX in names and conn.vendor == "sqlite":
@@ -222,7 +222,7 @@ class CaptureGuard(Operation):
         vendor = conn.vendor
         with conn.cursor() as cursor:
             existing = set(conn.introspection.table_names(cursor))
-            synced = _synced_tables()
+            synced = synced_tables()
             models = self._tables(state)
             targets = {
                 n: models.get(n) for n in set(models) | set(before) if n in synced or n in before
@@ -279,7 +279,7 @@ def _ours(conn):
     return conn.alias == rindle_settings.DATABASE
 
 
-def _synced_tables():
+def synced_tables():
     """{db table: model} of the synced models (the code's, not a migration state's)."""
     from django.apps import apps
 

@@ -8,6 +8,7 @@ import threading
 from collections import Counter, deque
 
 from ..conf import rindle_settings
+from ..engine.schema_changes import is_marker
 from ..exceptions import ResnapshotRequired
 from ..stream import reader
 from ..stream.partitions import PartitionSource
@@ -116,7 +117,21 @@ class LiveQueries:
             version = max(version or 0, events[-1][0])
         if version is None or version <= self.catalog.version:
             return self.catalog.version, {}, []
-        changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
+        marked = [name for _seq, name, old, new in events if is_marker(old, new)]
+        if marked:
+            # A DDL marker (engine.schema_changes): the table is read again in its new
+            # shape and its queries bounced (the engine's schema listeners) before
+            # any change is applied. Changes to it before the marker then matter to
+            # nobody (its partitions and queries are gone), and those after it land
+            # on the new definition.
+            for name in dict.fromkeys(marked):
+                self.engine.reload_table(name)
+            tables = self.engine.tables.by_name()
+        changes = [
+            (name, old, new)
+            for _seq, name, old, new in events
+            if name in tables and not is_marker(old, new)
+        ]
         outputs, faults = self.catalog.commit(version, changes)
         return version, outputs, faults
 
