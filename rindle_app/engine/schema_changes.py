@@ -13,7 +13,9 @@ transaction as the DDL they surround:
   may touch (the models it references, read from Django's ``ProjectState``, never
   from the SQL), and on SQLite drops their capture triggers: a SQLite trigger names
   every column, so ``ALTER TABLE ... DROP COLUMN`` refuses to run under one, and a
-  table rebuild (``_remake_table``) would silently drop them with the old table;
+  table rebuild (``_remake_table``) would silently drop them with the old table
+  (an operation on the outbox itself, rindle's own upgrade, drops every table's:
+  SQLite refuses to rebuild a table that triggers name);
 - the guard after it re-introspects those tables, reinstalls their capture in the
   new shape (dropping triggers named after a table's old name, left by a
   ``RenameModel``), and appends one DDL marker to the outbox per table whose shape
@@ -23,9 +25,10 @@ So no other connection ever sees a table without capture, or capture of the wron
 shape: the triggers, the DDL and the marker commit together, and until then the
 DDL's own locks (SQLite's write lock, PostgreSQL's ACCESS EXCLUSIVE) keep other
 writers off the table. A ``RunPython`` between two operations writes through
-reinstalled, current triggers and is captured. ``RunSQL`` gets the guard after it
-only (a data ``RunSQL`` stays captured; a ``RunSQL`` that drops a column of a synced
-table on SQLite is refused by SQLite: write it as a Django operation or a journaled
+reinstalled, current triggers and is captured. The guards of a ``RunSQL`` never
+drop triggers, so a data ``RunSQL`` stays captured and a schema one is still
+reinstalled after and marked (a ``RunSQL`` that drops a column of a synced table
+on SQLite is refused by SQLite: write it as a Django operation or a journaled
 migration). A migration with ``atomic = False`` runs each operation in its own
 transaction, so on SQLite capture is off between an operation and its guard;
 ``migrate --run-syncdb`` creates whole tables, which ``post_migrate`` captures
@@ -36,7 +39,7 @@ nor a new image (no row change has neither, so readers tell it apart by that
 alone), naming the changed table. It takes a seq like any change, behind the
 writer fence on PostgreSQL, so every reader meets it in order: the live tail
 (``ivm.live.LiveQueries.poll``) re-introspects the table when it reads one
-(``Engine.reload_table``) before it applies later changes, and the public stream
+(``Engine.reload_tables``) before it applies later changes, and the public stream
 shows it as an event of op ``ddl``. Partition reads skip it. Journaled migrations
 (``engine.journal``) append the same marker.
 """

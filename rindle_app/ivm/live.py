@@ -62,6 +62,11 @@ class LiveQueries:
     def _hydrate(self):
         using, tables = self.engine.using, self.engine.tables
         state, _nothing = reader.consistent_read(using, lambda cursor, state: None, fresh=True)
+        # The table map may predate a migration whose DDL marker is at or below the
+        # version the catalog starts at, so the tail would never meet it: every
+        # table is read again now, after the state (listeners of a changed one are
+        # told; nothing subscribes to this catalog yet).
+        self.engine.reload_tables([t.name for t in tables])
         store = PartitionStore(
             tables,
             PartitionSource(using, state.epoch),
@@ -124,8 +129,7 @@ class LiveQueries:
             # any change is applied. Changes to it before the marker then matter to
             # nobody (its partitions and queries are gone), and those after it land
             # on the new definition.
-            for name in dict.fromkeys(marked):
-                self.engine.reload_table(name)
+            self.engine.reload_tables(marked)
             tables = self.engine.tables.by_name()
         changes = [
             (name, old, new)

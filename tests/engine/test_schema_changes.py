@@ -45,10 +45,6 @@ def project(tmp_path):
         p.clean()
 
 
-def models_source(field):
-    return f"models.{field}"
-
-
 def markers(after):
     return [t for _s, t, op, _o, _n in events(after) if op == "ddl"]
 
@@ -215,8 +211,9 @@ def test_writes_committed_by_another_connection_during_migrate_are_all_captured(
     p = project()
     p.write("0001_initial", INITIAL)
     p.migrate("schema_app", "0001")
-    done = models_source("BooleanField(db_default=False)")
-    p.write("0002_done", f'migrations.AddField("note", "done", {done})')
+    p.write(
+        "0002_done", 'migrations.AddField("note", "done", models.BooleanField(db_default=False))'
+    )
     p.write("0003_no_note", 'migrations.RemoveField("note", "note")')
     start = last_seq()
     stop, written, errors = threading.Event(), [], []
@@ -256,3 +253,25 @@ def test_run_syncdb_creates_captured_tables_for_an_app_without_migrations(projec
     seq = last_seq()
     execute(f"INSERT INTO {NOTE} (id, title) VALUES ('s1', 'a')")
     assert added(seq) == [{"id": "s1", "title": "a"}]
+
+
+def test_a_schema_run_sql_is_followed_by_capture_in_the_new_shape(project):
+    """A RunSQL that adds a column of a synced table: marked, and captured with it after."""
+    p = project()
+    p.write("0001_initial", INITIAL)
+    p.migrate("schema_app", "0001")
+    p.write(
+        "0002_sql",
+        """
+        migrations.RunSQL(
+            'ALTER TABLE "schema_app_note" ADD COLUMN "extra" TEXT',
+            migrations.RunSQL.noop,
+        ),
+        """,
+    )
+    seq = last_seq()
+    p.migrate("schema_app", "0002")
+    assert markers(seq) == [NOTE]
+    seq = last_seq()
+    execute(f"INSERT INTO {NOTE} (id, title, note, extra) VALUES ('q1', 'a', 'b', 'c')")
+    assert added(seq) == [{"id": "q1", "title": "a", "note": "b", "extra": "c"}]

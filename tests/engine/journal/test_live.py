@@ -193,3 +193,27 @@ async def test_a_ddl_marker_committed_elsewhere_bounces_only_the_changed_tables_
     finally:
         await client.close()
         await other.close()
+
+
+async def test_the_first_subscriber_after_a_ddl_marker_committed_elsewhere_gets_the_new_shape(
+    live,
+):
+    """
+    With nothing subscribed (no wake-up armed), a schema change committed elsewhere
+    and a row in the new shape: the next subscriber's hello and rows have the column.
+    """
+    await db(migrate)(live, "0001", ["CREATE TABLE jt_a (id TEXT PRIMARY KEY)"])
+    client = Client()
+    assert await client.connect()
+    try:
+        await db(_alter_elsewhere)("jt_a", "tag")
+        await db(journal.apply)(
+            live, journal.parse("0002", "INSERT INTO jt_a (id, tag) VALUES ('a1', 'red')")
+        )
+        frames = await subscribe(client, 1, "journalA")
+        hello = next(f for f in frames if f["t"] == "nhello")
+        assert hello["hello"]["tables"][0]["columns"] == ["id", "tag"]
+        batch = next(f for f in frames if f["t"] == "nbatch")
+        assert [op["row"] for op in batch["batch"]["ops"]] == [["a1", "red"]]
+    finally:
+        await client.close()
