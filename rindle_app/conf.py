@@ -81,6 +81,8 @@ DEFAULTS = {
     # poll every POLL_INTERVAL only).
     "SQLITE_WAKE": "inotify",
     # Seconds between the safety-net outbox polls while a wake-up mechanism runs.
+    # Also the bound on how late a serving process learns of a schema change another
+    # process committed (its DDL marker) when a wake-up is lost (docs/guide.md).
     "WAKE_POLL_INTERVAL": 1.0,
     # Largest websocket text frame accepted from a client, in bytes.
     "WS_MAX_FRAME_BYTES": 256 * 1024,
@@ -194,6 +196,8 @@ DEFAULTS = {
     # --- The change stream (rindle_app.stream; DESIGN section 7) ---
     # Seconds between watermark steps: the fleet takes the exclusive side of the
     # outbox fence at most once per interval, whatever the number of app servers.
+    # Serving processes see a commit (a migration's DDL marker too) once it is
+    # published, so this is most of their delay on PostgreSQL.
     "STREAM_REFRESH_SECONDS": 0.05,
     # Seconds a watermarker's lease lasts unless renewed (on the database clock); a
     # standby takes over at most this long after the leader stops.
