@@ -353,7 +353,13 @@ class MutateView(RindleView):
         outcomes = []
         for e in envelopes:
             result = engine.mutate(
-                e["clientID"], e["mid"], e["name"], e["args"], request.user, owner=owner
+                e["clientID"],
+                e["mid"],
+                e["name"],
+                e["args"],
+                request.user,
+                owner=owner,
+                request=request,
             )
             outcomes.append(_outcome(result))
         return Response(outcomes[0] if single else outcomes)
@@ -373,8 +379,10 @@ def _outcome(result):
         out = {"accepted": True, "rejected": False, "lmid": result.lmid, "cv": result.cv}
         if result.status == "absorbed":
             out["duplicate"] = True
+        if result.result is not None:
+            out["result"] = result.result
         return out
-    return {
+    out = {
         "accepted": False,
         "rejected": True,
         "reason": result.reason,
@@ -382,6 +390,9 @@ def _outcome(result):
         "lmid": result.lmid,
         "cv": result.cv,
     }
+    if result.details is not None:
+        out["details"] = result.details
+    return out
 
 
 class SchemaView(RindleView):
