@@ -318,7 +318,11 @@ class MutateView(RindleView):
     409 and the stored lmid; a client id owned by another principal with 403
     ``client_id_taken``; a database failure with a retryable 503. Envelopes before
     the stopping one were applied: retrying the same batch is safe, since a mid at or
-    below the lmid is absorbed.
+    below the lmid is absorbed. A body failing validation is 400 ``invalid_request``
+    with DRF's field errors as ``error.details``; a rejected mutation (its arguments
+    failing validation included) is a 200 outcome, since its mid is consumed, with
+    the field errors as ``details``. An applied outcome carries the mutator's return
+    value as ``result``.
     """
 
     required_scope = "mutate"
