@@ -93,6 +93,18 @@ class Mutator:
         return [(import_string(c) if isinstance(c, str) else c)() for c in dict.fromkeys(classes)]
 
 
+def permission_problem(entry):
+    """Why ``entry`` is not a permission class (or its dotted path); None if it is one."""
+    if isinstance(entry, str):
+        try:
+            entry = import_string(entry)
+        except ImportError as exc:
+            return f"{entry!r} cannot be imported: {exc}"
+    if not (isinstance(entry, type) and callable(getattr(entry, "has_permission", None))):
+        return f"{entry!r} is not a permission class with has_permission(request, view)"
+    return None
+
+
 def invalid_args(field_errors):
     """The ``invalid_args`` rejection of DRF-shaped ``field_errors`` (``{field: [msg]}``)."""
     details = _plain(field_errors)
@@ -171,6 +183,10 @@ def mutator(name=None, *, args=None, permission_classes=None):
     """
     if permission_classes is not None:
         permission_classes = tuple(permission_classes)
+        for entry in permission_classes:
+            problem = None if isinstance(entry, str) else permission_problem(entry)
+            if problem is not None:
+                raise ImproperlyConfigured(f"mutator {name!r}: permission_classes: {problem}")
 
     def register(fn):
         key = name or fn.__name__
