@@ -24,7 +24,7 @@
  * Connection:
  *   subscribe(name, args, onChange) -> Live     a named query, kept current
  *   query(name, args) -> Promise<rows>          one snapshot, then unsubscribed
- *   mutate(name, args) -> Promise<{mid, rejected, reason?}>
+ *   mutate(name, args) -> Promise<{mid, rejected, reason?, code?, details?}>
  *       Resolves when the server's lmid covering the mutation is released, i.e. when the
  *       mutation's effects (if any) are already folded into every Live. It never rejects
  *       for a server-side refusal: a rejected mutation still advances the lmid, and resolves
@@ -35,7 +35,9 @@
  *   lmid          the last released lmid of this client (null until known)
  *   stats         counters of protocol events (gaps, duplicates, lateFrames, fpMismatches...)
  *   on(event, fn) -> unsubscribe   events: "status" (status), "pending" (count),
- *                 "rejected" ({mid, name, args, reason}), "error" ({message, code, ...}),
+ *                 "rejected" ({mid, name, args, reason, code?, details?}: details are
+ *                 the server's, e.g. DRF's field errors of invalid_args),
+ *                 "error" ({message, code, ...}),
  *                 "realtime" ({name, args, doc, sessions: [clientID], room: bool})
  *   close()
  *
@@ -85,6 +87,14 @@
  */
 
 export const COMPARATOR_VERSION = 2;
+
+/** The `code` and `details` a rejection's `mutationOutcome` carries, when it has them. */
+function rejection(msg) {
+  const out = {};
+  if (typeof msg.code === "string") out.code = msg.code;
+  if (msg.details && typeof msg.details === "object") out.details = msg.details;
+  return out;
+}
 export const LMID_QUERY = "_rindle/clientLmid";
 
 const RECONNECT_MIN_MS = 250;
@@ -1007,12 +1017,17 @@ export class Connection {
     if (msg.kind !== "rejected") return;
     const entry = this._pending.find((e) => e.mid === msg.mid);
     const reason = msg.reason || "rejected";
-    if (entry) entry.rejected = reason;
+    const why = rejection(msg);
+    if (entry) {
+      entry.rejected = reason;
+      entry.why = why;
+    }
     this._emit("rejected", {
       mid: msg.mid,
       name: entry ? entry.name : undefined,
       args: entry ? entry.args : undefined,
       reason,
+      ...why,
     });
   }
 
@@ -1061,7 +1076,7 @@ export class Connection {
       this._resendAttempt = 0;
       for (const e of done) {
         const result = { mid: e.mid, rejected: e.rejected !== null };
-        if (e.rejected !== null) result.reason = e.rejected;
+        if (e.rejected !== null) Object.assign(result, { reason: e.rejected }, e.why);
         e.resolve(result);
       }
       this._emit("pending", this.pending);
