@@ -14,7 +14,10 @@
  *   </script>
  *
  * connect(options) -> Connection. Options (all optional):
- *   url         websocket URL, absolute or a path ("/ws/rindle/", the default)
+ *   base        the path rindle is mounted under ("/", the default; "/sync/" for
+ *               path("sync/", include("rindle_app.urls")) with the websocket beside it):
+ *               the default url is base + "ws/rindle/", the lease route base + "api/rindle/query"
+ *   url         websocket URL, absolute or a path (base + "ws/rindle/" by default)
  *   clientID    this connection's client id; by default one per tab (see tabClientID)
  *   clientIDPrefix   put before the per-tab id (say a display name, for presence); max 32
  *   onStatus, onPending, onRejected, onError   shorthands for conn.on(...)
@@ -492,6 +495,12 @@ export function renewTabClientID(storage = browserStorage(), old = "") {
   return `${base}-${tab}${instance ? instance[0] : ""}`;
 }
 
+function mountBase(base) {
+  if (!base) return "/";
+  const path = String(base);
+  return `${path.startsWith("/") ? "" : "/"}${path}${path.endsWith("/") ? "" : "/"}`;
+}
+
 function defaultUrl(path) {
   const loc = globalThis.location;
   if (/^wss?:\/\//.test(path)) return path;
@@ -512,7 +521,9 @@ export function connect(options = {}) {
 
 export class Connection {
   constructor(options = {}) {
-    this.url = defaultUrl(options.url || "/ws/rindle/");
+    // `base`: where rindle is mounted (path("sync/", include("rindle_app.urls")) -> "/sync/").
+    const base = mountBase(options.base);
+    this.url = defaultUrl(options.url || `${base}ws/rindle/`);
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
     this._timers = options.timers || {
       setTimeout: (fn, ms) => setTimeout(fn, ms),
@@ -537,7 +548,7 @@ export class Connection {
     this._realtime = realtime && {
       queries: new Set(realtime.queries || []),
       mutators: new Set(realtime.mutators || []),
-      leaseUrl: realtime.leaseUrl || LEASE_URL,
+      leaseUrl: realtime.leaseUrl || `${base}${LEASE_URL.slice(1)}`,
       fetch: realtime.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis)),
     };
     this._rooms = new Map(); // doc -> room (see _openRoom)

@@ -222,6 +222,20 @@ test("a rejected mutation still resolves, and the rejected event says why", asyn
   assert.deepEqual(await done, { mid: 5, rejected: true, reason: "no spam" });
 });
 
+test("base: the socket and the lease route sit under the prefix rindle is mounted at", async () => {
+  const fetch = async () => ({ ok: false, status: 503, json: async () => ({}) });
+  globalThis.location = { protocol: "https:", host: "shop.example" };
+  try {
+    const conn = connect({ base: "/sync", clientID: "c1", WebSocket: FakeSocket, timers: clock, storage, realtime: { queries: ["a"], fetch } });
+    assert.equal(FakeSocket.last.url, "wss://shop.example/sync/ws/rindle/");
+    assert.equal(conn._realtime.leaseUrl, "/sync/api/rindle/query");
+    const plain = connect({ clientID: "c2", WebSocket: FakeSocket, timers: clock, storage });
+    assert.equal(plain.url, "wss://shop.example/ws/rindle/");
+  } finally {
+    delete globalThis.location;
+  }
+});
+
 test("a rejection's code and field errors reach the rejected event and the mutate result", async () => {
   const conn = open();
   const heard = [];
