@@ -13,6 +13,7 @@ from rest_framework import exceptions
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ..engine.mutations import flatten_errors
 from ..exceptions import ERROR, INVALID_REQUEST, QueryError, RindleError, to_response
 
 logger = logging.getLogger("rindle.api")
@@ -50,15 +51,4 @@ def _code(exc):
 def _message(data):
     if isinstance(data, dict) and set(data) == {"detail"}:
         return str(data["detail"])
-    return _flatten(data)
-
-
-def _flatten(detail, path=""):
-    if isinstance(detail, dict):
-        return "; ".join(_flatten(v, f"{path}.{k}" if path else str(k)) for k, v in detail.items())
-    if isinstance(detail, list):
-        if all(not isinstance(d, (dict, list)) for d in detail):
-            text = " ".join(str(d) for d in detail)
-            return f"{path}: {text}" if path else text
-        return "; ".join(_flatten(d, f"{path}[{i}]") for i, d in enumerate(detail) if d)
-    return f"{path}: {detail}" if path else str(detail)
+    return flatten_errors(data)

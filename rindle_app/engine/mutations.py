@@ -109,7 +109,7 @@ def invalid_args(field_errors):
     """The ``invalid_args`` rejection of DRF-shaped ``field_errors`` (``{field: [msg]}``)."""
     details = _plain(field_errors)
     return MutationRejected(
-        f"invalid arguments: {_flatten(details)}", INVALID_ARGS, details=details
+        f"invalid arguments: {flatten_errors(details)}", INVALID_ARGS, details=details
     )
 
 
@@ -137,14 +137,17 @@ def _plain(detail):
     return str(detail)
 
 
-def _flatten(detail, path=""):
+def flatten_errors(detail, path=""):
+    """DRF-shaped field errors in one line: ``envelope.mid: A valid integer is required.``"""
     if isinstance(detail, dict):
-        return "; ".join(_flatten(v, f"{path}.{k}" if path else k) for k, v in detail.items())
-    if isinstance(detail, list) and all(isinstance(d, str) for d in detail):
-        text = " ".join(detail)
-        return f"{path}: {text}" if path else text
+        return "; ".join(
+            flatten_errors(v, f"{path}.{k}" if path else str(k)) for k, v in detail.items()
+        )
     if isinstance(detail, list):
-        return "; ".join(_flatten(d, f"{path}[{i}]") for i, d in enumerate(detail) if d)
+        if all(not isinstance(d, (dict, list)) for d in detail):
+            text = " ".join(str(d) for d in detail)
+            return f"{path}: {text}" if path else text
+        return "; ".join(flatten_errors(d, f"{path}[{i}]") for i, d in enumerate(detail) if d)
     return f"{path}: {detail}" if path else str(detail)
 
 
