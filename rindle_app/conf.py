@@ -17,6 +17,15 @@ DEFAULTS = {
     "QUERIES_MODULE": "queries",
     # Largest accepted JSON encoding of a mutation's or a named query's args, in bytes.
     "MAX_ARGS_BYTES": 64 * 1024,
+    # DRF permission classes (classes or dotted paths) every @mutator without its own
+    # permission_classes is checked with, on every transport; a refusal is a
+    # permission_denied rejection. Empty: every mutator may run (the adapter's
+    # authorize_mutation still applies).
+    "MUTATOR_PERMISSION_CLASSES": [],
+    # Largest JSON encoding of a mutator's return value, in bytes: it travels back as
+    # the HTTP mutate outcome's result; a larger (or non-JSON) one rejects the
+    # mutation with mutation_result_invalid.
+    "MAX_MUTATION_RESULT_BYTES": 4 * 1024,
     # Seconds a lease token minted by POST /api/rindle/query stays valid (it is
     # checked when a websocket subscribes with it).
     "LEASE_TTL": 300,

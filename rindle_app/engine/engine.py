@@ -259,11 +259,11 @@ class Engine:
 
     # --- client mutations ------------------------------------------------------------
 
-    def mutate(self, client_id, mid, name, args, user=None, *, owner=None):
+    def mutate(self, client_id, mid, name, args, user=None, *, owner=None, request=None):
         """Apply one client mutation exactly once; see ``engine.mutations``."""
         from .mutations import mutate
 
-        return mutate(self, client_id, mid, name, args, user, owner=owner)
+        return mutate(self, client_id, mid, name, args, user, owner=owner, request=request)
 
     def check_owner(self, client_id, owner):
         """Raise ``ClientIdTaken`` if ``client_id`` belongs to another principal."""
