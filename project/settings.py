@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's and Redoc's assets, served without a CDN
     "django_prometheus",
     "channels",
     "rindle_app",
@@ -159,7 +160,14 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
 }
-SPECTACULAR_SETTINGS = {"TITLE": "rindle", "VERSION": "0.1.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "rindle",
+    "VERSION": "0.1.0",
+    # /api/rindle/docs/ and /api/rindle/redoc/ load their assets from this site.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 RINDLE = {
     "SYNCED_MODELS": ["demo.User", "demo.Issue", "demo.Tag", "demo.Comment"],

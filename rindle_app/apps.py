@@ -1,7 +1,7 @@
 """App configuration of rindle."""
 
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, pre_migrate
 from django.utils.translation import gettext_lazy as _
 
 
@@ -19,11 +19,16 @@ class RindleConfig(AppConfig):
             metrics,
         )
         from .conf import rindle_settings
-        from .signals import install_capture_after_migrate, install_sql_sandbox_after_migrate
+        from .signals import (
+            guard_capture_before_migrate,
+            install_capture_after_migrate,
+            install_sql_sandbox_after_migrate,
+        )
         from .stream import local
 
         autodiscover_modules(rindle_settings.MUTATORS_MODULE)
         autodiscover_modules(rindle_settings.QUERIES_MODULE)
+        pre_migrate.connect(guard_capture_before_migrate, sender=self)
         post_migrate.connect(install_capture_after_migrate, sender=self)
         post_migrate.connect(install_sql_sandbox_after_migrate, sender=self)
         metrics.register()

@@ -12,13 +12,16 @@ A project's ``asgi.py`` becomes::
     application = rindle_application()
 
 ``websocket_application()`` is the websocket half alone, for a project that builds
-its own ``ProtocolTypeRouter``.
+its own ``ProtocolTypeRouter``. Both take ``prefix``: with the HTTP routes under
+``path("sync/", include("rindle_app.urls"))``, ``application(prefix="sync/")`` serves
+``/sync/ws/rindle/``, where rindle's answers point websocket clients.
 """
 
 
-def websocket_application():
+def websocket_application(prefix=""):
     """
-    The websocket ASGI app: ``/ws/rindle/`` behind host/origin validation and auth.
+    The websocket ASGI app: ``/ws/rindle/`` (``/<prefix>ws/rindle/``) behind
+    host/origin validation and auth.
 
     Origins are checked against ``ALLOWED_HOSTS`` (rindle's
     ``AllowedHostsOriginValidator``: a connection with a bearer token needs no
@@ -31,15 +34,16 @@ def websocket_application():
 
     from .realtime.auth import AuthMiddlewareStack
     from .realtime.security import AllowedHostsOriginValidator
-    from .routing import websocket_urlpatterns
+    from .routing import websocket_urlpatterns_under
 
-    return AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+    router = URLRouter(websocket_urlpatterns_under(prefix))
+    return AllowedHostsOriginValidator(AuthMiddlewareStack(router))
 
 
-def application(http_app=None):
+def application(http_app=None, *, prefix=""):
     """
     A ``ProtocolTypeRouter``: HTTP to ``http_app`` (Django's ASGI app by default),
-    websockets to ``websocket_application()``.
+    websockets to ``websocket_application(prefix)``.
 
     Django is set up first (``get_asgi_application``), then the router is built, then
     the garbage collector is tuned for a process holding many sockets
@@ -55,7 +59,7 @@ def application(http_app=None):
     from .realtime.tuning import tune_gc
 
     _setup()
-    router = ProtocolTypeRouter({"http": http_app, "websocket": websocket_application()})
+    router = ProtocolTypeRouter({"http": http_app, "websocket": websocket_application(prefix)})
     tune_gc()
     return router
 

@@ -55,7 +55,44 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_stream_waiters())
     errors.extend(_check_room_profiles())
     errors.extend(_check_room_pending(user.get("ROOM_MAX_PENDING", DEFAULTS["ROOM_MAX_PENDING"])))
+    errors.extend(_check_mutator_permissions(user.get("MUTATOR_PERMISSION_CLASSES", [])))
+    errors.extend(
+        _check_result_cap(
+            user.get("MAX_MUTATION_RESULT_BYTES", DEFAULTS["MAX_MUTATION_RESULT_BYTES"])
+        )
+    )
     return errors
+
+
+def _check_mutator_permissions(value):
+    from .engine.mutations import permission_problem
+
+    if not isinstance(value, (list, tuple)):
+        problem = f"it is a {type(value).__name__}, not a list"
+    else:
+        problem = next(filter(None, (permission_problem(entry) for entry in value)), None)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['MUTATOR_PERMISSION_CLASSES'] is refused: {problem}.",
+            hint="A list of DRF permission classes (or their dotted paths), each with "
+            "has_permission(request, view); empty lets every mutator run.",
+            id="rindle.E038",
+        )
+    ]
+
+
+def _check_result_cap(value):
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return []
+    return [
+        Error(
+            f"RINDLE['MAX_MUTATION_RESULT_BYTES'] must be a positive integer, not {value!r}.",
+            hint="It caps the JSON of a mutator's return value sent back as `result`.",
+            id="rindle.E039",
+        )
+    ]
 
 
 def _check_room_profiles():

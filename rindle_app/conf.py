@@ -17,6 +17,15 @@ DEFAULTS = {
     "QUERIES_MODULE": "queries",
     # Largest accepted JSON encoding of a mutation's or a named query's args, in bytes.
     "MAX_ARGS_BYTES": 64 * 1024,
+    # DRF permission classes (classes or dotted paths) every @mutator without its own
+    # permission_classes is checked with, on every transport; a refusal is a
+    # permission_denied rejection. Empty: every mutator may run (the adapter's
+    # authorize_mutation still applies).
+    "MUTATOR_PERMISSION_CLASSES": [],
+    # Largest JSON encoding of a mutator's return value, in bytes: it travels back as
+    # the HTTP mutate outcome's result; a larger (or non-JSON) one rejects the
+    # mutation with mutation_result_invalid.
+    "MAX_MUTATION_RESULT_BYTES": 4 * 1024,
     # Seconds a lease token minted by POST /api/rindle/query stays valid (it is
     # checked when a websocket subscribes with it).
     "LEASE_TTL": 300,
@@ -81,6 +90,8 @@ DEFAULTS = {
     # poll every POLL_INTERVAL only).
     "SQLITE_WAKE": "inotify",
     # Seconds between the safety-net outbox polls while a wake-up mechanism runs.
+    # Also the bound on how late a serving process learns of a schema change another
+    # process committed (its DDL marker) when a wake-up is lost (docs/guide.md).
     "WAKE_POLL_INTERVAL": 1.0,
     # Largest websocket text frame accepted from a client, in bytes.
     "WS_MAX_FRAME_BYTES": 256 * 1024,
@@ -194,6 +205,8 @@ DEFAULTS = {
     # --- The change stream (rindle_app.stream; DESIGN section 7) ---
     # Seconds between watermark steps: the fleet takes the exclusive side of the
     # outbox fence at most once per interval, whatever the number of app servers.
+    # Serving processes see a commit (a migration's DDL marker too) once it is
+    # published, so this is most of their delay on PostgreSQL.
     "STREAM_REFRESH_SECONDS": 0.05,
     # Seconds a watermarker's lease lasts unless renewed (on the database clock); a
     # standby takes over at most this long after the leader stops.

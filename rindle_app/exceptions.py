@@ -113,6 +113,17 @@ INTEGRITY_ERROR = _http(
 DATA_ERROR = _http("data_error", 200, "A mutator wrote an unusable value (a rejected outcome).")
 MUTATOR_ERROR = _http("mutator_error", 200, "A mutator raised (logged; a rejected outcome).")
 UNKNOWN_MUTATOR = _http("unknown_mutator", 200, "No mutator has the name (a rejected outcome).")
+PERMISSION_DENIED = _http(
+    "permission_denied",
+    200,
+    "A permission class of the mutator refused it (a rejected outcome; the mid is consumed).",
+)
+MUTATION_RESULT_INVALID = _http(
+    "mutation_result_invalid",
+    200,
+    "A mutator returned a value that is not JSON or exceeds MAX_MUTATION_RESULT_BYTES "
+    "(a rejected outcome; its writes are rolled back).",
+)
 
 # --- room hosts ----------------------------------------------------------------------
 ROOM_REJECTED = _http("room_rejected", 200, "A room mutator rejected the mutation (an outcome).")
@@ -422,13 +433,17 @@ class MutationRejected(Exception):
     Raise from a mutator to reject the mutation with a reason (a business rejection).
 
     Not a ``RindleError``: it is an outcome the mutator chooses, recorded as
-    ``rejected`` (the mid is consumed), never an error answer.
+    ``rejected`` (the mid is consumed), never an error answer. ``details``, a
+    JSON-able dict, travels with the outcome (``details`` of the HTTP outcome and of
+    the ``mutationOutcome`` frame): for invalid arguments, DRF's field errors
+    (``{"title": ["This field is required."]}``).
     """
 
-    def __init__(self, reason, code=REJECTED):
+    def __init__(self, reason, code=REJECTED, *, details=None):
         super().__init__(reason)
         self.reason = reason
         self.code = code
+        self.details = details
 
 
 class RoomReject(MutationRejected):

@@ -25,7 +25,7 @@ class ChangeEvent(models.Model):
     seq = models.BigAutoField(primary_key=True)
     txid = models.BigIntegerField(null=True)
     table = models.TextField()
-    op = models.CharField(max_length=8)  # add | edit | remove
+    op = models.CharField(max_length=8)  # add | edit | remove | ddl (a schema change marker)
     key = models.JSONField(db_column="pk")  # the row's primary key values
     old = models.JSONField(null=True)
     new = models.JSONField(null=True)

@@ -16,6 +16,13 @@ client's lmid; raising ``MutationRejected`` (or any business error) rolls its
 writes back, ORM writes included, and still advances the lmid. ``Tx`` documents
 the helpers a mutator writes with.
 
+``MutationRejected(reason, code, details={...})`` carries JSON details to the client;
+invalid arguments (the ``args`` serializer, a DRF or Django ``ValidationError`` raised
+inside) are ``invalid_args`` with DRF's field errors as the details.
+``@mutator(..., permission_classes=[IsAuthenticated])`` asks DRF permission classes
+on every transport (``permission_denied`` when one refuses), and a mutator's return
+value travels back as the HTTP outcome's ``result`` (see ``mutator``).
+
 ``room_mutator(profile)`` registers a ROOM mutator: the room host of a doc of that
 profile runs it in memory, ``fn(tx, args)`` over the room's rows (``tx.get``,
 ``tx.add``, ``tx.edit``, ``tx.remove``); raising ``MutationRejected`` rejects it.

@@ -516,12 +516,15 @@ def realtime_block(request, name, args, doc, user, client_id, auth):
         client_id,
         token=auth,
     )
-    scheme = "wss" if request.is_secure() else "ws"
     from urllib.parse import quote
 
+    from .mount import prefix_of, ws_url
+
+    # The room socket is mounted beside the lease route (rindle_app.mount).
+    prefix = prefix_of("rindle-query", "api/rindle/query")
     return {
         "sourceKey": f"room:{doc}",
-        "wsEndpoint": f"{scheme}://{request.get_host()}/ws/rindle/room/?doc={quote(doc, safe='')}",
+        "wsEndpoint": ws_url(request, prefix, f"ws/rindle/room/?doc={quote(doc, safe='')}"),
         "roomToken": token,
         "exp": info["expiresAt"],
         "doc": doc,

@@ -7,6 +7,19 @@ from django.db import connections, transaction
 logger = logging.getLogger("rindle.engine")
 
 
+def guard_capture_before_migrate(sender, using="default", plan=None, **kwargs):
+    """
+    Before ``migrate`` applies ``plan``, guard every schema operation in it so that
+    capture is reinstalled, and a DDL marker appended, in the migration's own
+    transaction (``engine.schema_changes``).
+    """
+    from .conf import rindle_settings
+    from .engine.schema_changes import instrument
+
+    if using == rindle_settings.DATABASE:
+        instrument(plan)
+
+
 def install_capture_after_migrate(sender, using="default", **kwargs):
     """After ``migrate``, install or refresh capture on every synced table."""
     from .conf import rindle_settings

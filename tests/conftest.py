@@ -83,6 +83,14 @@ def staff(client, django_user_model):
     return client
 
 
+@pytest.fixture(scope="session")
+def installed_rindle(tmp_path_factory):
+    """rindle's wheel ``pip install``-ed into a fresh venv, once per session (slow)."""
+    from tests.support.installed import build_and_install
+
+    return build_and_install(tmp_path_factory.mktemp("installed"))
+
+
 @pytest.fixture
 def redis_url():
     return require_service("Redis", REDIS_URL)

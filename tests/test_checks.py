@@ -325,6 +325,44 @@ def test_a_stream_waiter_cap_that_is_not_a_positive_integer_is_check_e034(settin
     assert "rindle.E034" not in [e.id for e in check_settings(None)]
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "rest_framework.permissions.IsAuthenticated",  # a string, not a list
+        ["rest_framework.permissions.NoSuchClass"],
+        ["rindle_app.conf.DEFAULTS"],  # imports, but is no permission class
+        [object],
+    ],
+)
+def test_a_bad_mutator_permission_classes_setting_is_e038(value):
+    rindle = {**settings.RINDLE, "MUTATOR_PERMISSION_CLASSES": value}
+    assert "rindle.E038" in check_ids(RINDLE=rindle)
+
+
+def test_drf_permission_classes_pass_e038():
+    from rest_framework.permissions import IsAdminUser
+
+    value = ["rest_framework.permissions.IsAuthenticated", IsAdminUser]
+    rindle = {**settings.RINDLE, "MUTATOR_PERMISSION_CLASSES": value}
+    assert "rindle.E038" not in check_ids(RINDLE=rindle)
+
+
+@pytest.mark.parametrize("value", [0, -1, "4096", True, 1.5])
+def test_a_bad_result_cap_is_e039(value):
+    rindle = {**settings.RINDLE, "MAX_MUTATION_RESULT_BYTES": value}
+    assert "rindle.E039" in check_ids(RINDLE=rindle)
+    assert "rindle.E039" not in check_ids(RINDLE={**rindle, "MAX_MUTATION_RESULT_BYTES": 1})
+
+
+def test_a_mutator_with_a_non_permission_class_is_refused_at_registration():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from rindle_app.mutators import mutator
+
+    with pytest.raises(ImproperlyConfigured, match="not a permission class"):
+        mutator("t_badPermissions", permission_classes=[object])
+
+
 def test_a_synced_decimal_field_a_double_cannot_hold_is_a_warning(monkeypatch):
     """A synced DecimalField of more than 15 digits travels inexactly (rindle.W003)."""
     from django.db import models

@@ -2,20 +2,15 @@
 
 import os
 import re
-import shutil
-import subprocess
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.support.installed import run
+
 ROOT = Path(__file__).resolve().parents[1]
-# Left out of the copy the wheel is built from: the environments, caches and build output.
-NOT_COPIED = shutil.ignore_patterns(
-    ".venv", "node_modules", "__pycache__", ".git", "var", "build", "dist", "*.egg-info"
-)
 TINY_SETTINGS = """\
 SECRET_KEY = "packaging-test-key-0123456789abcdefghijklmnopqrstuvwxyz"
 INSTALLED_APPS = [
@@ -64,27 +59,15 @@ def test_requirements_match_the_distributions_pins():
         assert re.fullmatch(r"[\w.-]+(\[\w+\])?==[\w.]+", pin), pin
 
 
-def _run(args, cwd, env=None, timeout=120):
-    return subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
 @pytest.mark.slow
-def test_the_wheel_installs_rindle_app_alone_and_it_runs(tmp_path):
+def test_the_wheel_installs_rindle_app_alone_and_it_runs(tmp_path, installed_rindle):
     """
     The wheel holds rindle_app (templates, static, migrations) and its dist-info only;
     installed in a fresh venv it imports and passes `django-admin check` outside the
     checkout, and the checkout's project, tests, bench and scripts are not importable.
     """
-    src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=NOT_COPIED, symlinks=False)
-    built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), "."], src
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = tmp_path.glob("rindle_app-*.whl")
-
+    installed = installed_rindle
+    wheel, venv, python = installed.wheel, installed.venv, installed.python
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/", 1)[0] for name in names}
     dist_info = {top for top in tops if top.endswith(".dist-info")}
@@ -100,16 +83,6 @@ def test_the_wheel_installs_rindle_app_alone_and_it_runs(tmp_path):
     shipped = {p for p in in_tree if "__pycache__" not in p}
     assert shipped <= set(names), sorted(shipped - set(names))
 
-    venv = tmp_path / "venv"
-    assert _run([sys.executable, "-m", "venv", str(venv)], tmp_path).returncode == 0
-    python = venv / "bin" / "python"
-    installed = _run(
-        [str(python), "-m", "pip", "install", "-q", "--no-compile", str(wheel)],
-        tmp_path,
-        timeout=180,
-    )
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-
     site = tmp_path / "site"
     site.mkdir()
     (site / "tiny_settings.py").write_text(TINY_SETTINGS, encoding="utf-8")
@@ -117,12 +90,12 @@ def test_the_wheel_installs_rindle_app_alone_and_it_runs(tmp_path):
     env["DJANGO_SETTINGS_MODULE"] = "tiny_settings"
     env["PYTHONPATH"] = str(site)
 
-    urls = _run(
+    urls = run(
         [str(python), "-c", "import django; django.setup(); import rindle_app.urls"], site, env
     )
     assert urls.returncode == 0, urls.stderr
     for name in ("project", "tests", "bench", "scripts"):
-        found = _run([str(python), "-c", f"import {name}"], site, env)
+        found = run([str(python), "-c", f"import {name}"], site, env)
         assert found.returncode == 1 and "ModuleNotFoundError" in found.stderr, name
-    check = _run([str(venv / "bin" / "django-admin"), "check"], site, env)
+    check = run([str(venv / "bin" / "django-admin"), "check"], site, env)
     assert check.returncode == 0, check.stdout + check.stderr

@@ -36,7 +36,7 @@ class OpFilter(admin.SimpleListFilter):
     parameter_name = "op"
 
     def lookups(self, request, model_admin):
-        return [(op, op) for op in ("add", "edit", "remove")]
+        return [(op, op) for op in ("add", "edit", "remove", "ddl")]  # ddl: a schema change
 
     def queryset(self, request, queryset):
         return queryset.filter(op=self.value()) if self.value() else queryset

@@ -1,14 +1,19 @@
 """
 The DRF exception handler of rindle's views: a ``RindleError`` is answered by
 ``rindle_app.exceptions.to_response``, any other DRF error in the same envelope
-``{"error": {"code", "message"}}``.
+``{"error": {"code", "message"}}``. A body that fails a serializer (DRF's
+``ValidationError``) is a 400 ``invalid_request`` whose ``details`` are DRF's
+field-error object (``{"envelope": {"mid": ["A valid integer is required."]}}``);
+``message`` is the same errors in one line.
 """
 
 import logging
 
 from rest_framework import exceptions
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ..engine.mutations import flatten_errors
 from ..exceptions import ERROR, INVALID_REQUEST, QueryError, RindleError, to_response
 
 logger = logging.getLogger("rindle.api")
@@ -24,7 +29,13 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    response.data = {"error": {"code": _code(exc), "message": _message(response.data)}}
+    error = {"code": _code(exc), "message": _message(response.data)}
+    if isinstance(exc, exceptions.ValidationError):
+        data = response.data
+        if not isinstance(data, dict):
+            data = {api_settings.NON_FIELD_ERRORS_KEY: data}
+        error["details"] = data
+    response.data = {"error": error}
     return response
 
 
@@ -40,15 +51,4 @@ def _code(exc):
 def _message(data):
     if isinstance(data, dict) and set(data) == {"detail"}:
         return str(data["detail"])
-    return _flatten(data)
-
-
-def _flatten(detail, path=""):
-    if isinstance(detail, dict):
-        return "; ".join(_flatten(v, f"{path}.{k}" if path else str(k)) for k, v in detail.items())
-    if isinstance(detail, list):
-        if all(not isinstance(d, (dict, list)) for d in detail):
-            text = " ".join(str(d) for d in detail)
-            return f"{path}: {text}" if path else text
-        return "; ".join(_flatten(d, f"{path}[{i}]") for i, d in enumerate(detail) if d)
-    return f"{path}: {detail}" if path else str(detail)
+    return flatten_errors(data)

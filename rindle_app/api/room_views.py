@@ -24,6 +24,7 @@ from .. import leases, rooms
 from ..engine import get_engine
 from ..exceptions import INVALID_QUERY, QueryRefused
 from ..ivm.ast import QueryError, parse
+from ..mount import prefix_of, ws_url
 from .ingest_views import RoomView
 from .serializers import ErrorResponse, StrictCharField
 
@@ -74,7 +75,7 @@ class RoomBootView(RoomView):
         token, _info = leases.mint(
             rooms.ROOM_QUERY_NAME, {"doc": doc}, request.user, token=request.auth
         )
-        scheme = "wss" if request.is_secure() else "ws"
+        prefix = prefix_of("rindle-room-boot", "api/rindle/room-boot")
         headers = {}
         if request.META.get("HTTP_AUTHORIZATION"):
             headers["Authorization"] = request.META["HTTP_AUTHORIZATION"]
@@ -82,7 +83,7 @@ class RoomBootView(RoomView):
             {
                 "epoch": epoch,
                 "upstreamLeaseToken": token,
-                "upstreamWsEndpoint": f"{scheme}://{request.get_host()}/ws/rindle/",
+                "upstreamWsEndpoint": ws_url(request, prefix, "ws/rindle/"),
                 "scopes": rooms.compile_scopes(ast, set(profile.context)),
                 "flush": {
                     "urls": {

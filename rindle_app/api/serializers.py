@@ -94,6 +94,11 @@ class ErrorDetail(serializers.Serializer):
     message = serializers.CharField()
     retryable = serializers.BooleanField(required=False)
     lmid = serializers.IntegerField(required=False, help_text="mid_gap: the stored lmid.")
+    details = serializers.DictField(
+        required=False,
+        help_text="invalid_request: DRF's field errors of the body "
+        '({"envelope": {"mid": ["A valid integer is required."]}}).',
+    )
 
 
 class ErrorResponse(serializers.Serializer):
@@ -150,6 +155,15 @@ class MutationOutcome(serializers.Serializer):
     )
     reason = serializers.CharField(required=False, help_text="Why it was rejected.")
     code = serializers.CharField(required=False, help_text="The rejection's code.")
+    details = serializers.DictField(
+        required=False,
+        help_text="A rejection's structured details: for invalid_args, DRF's field errors "
+        '({"title": ["This field is required."]}).',
+    )
+    result = serializers.JSONField(
+        required=False,
+        help_text="What an applied mutator returned (absent when it returned None).",
+    )
     lmid = serializers.IntegerField(help_text="The client's lmid after this envelope.")
     cv = serializers.IntegerField(help_text="The outbox version after this envelope.")
 

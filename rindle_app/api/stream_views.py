@@ -105,7 +105,11 @@ class StreamAccess(BasePermission):
 class StreamEvent(serializers.Serializer):
     seq = serializers.IntegerField()
     table = serializers.CharField()
-    op = serializers.ChoiceField(choices=["add", "edit", "remove"])
+    op = serializers.ChoiceField(
+        choices=["add", "edit", "remove", "ddl"],
+        help_text="`ddl`: the table's definition changed here (a migration); "
+        "`key` is empty and both images are null. Re-read its columns.",
+    )
     key = serializers.ListField(child=serializers.JSONField(), help_text="Primary key values.")
     old = serializers.JSONField(allow_null=True, help_text="The row before (null for add).")
     new = serializers.JSONField(allow_null=True, help_text="The row after (null for remove).")

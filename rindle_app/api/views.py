@@ -318,7 +318,11 @@ class MutateView(RindleView):
     409 and the stored lmid; a client id owned by another principal with 403
     ``client_id_taken``; a database failure with a retryable 503. Envelopes before
     the stopping one were applied: retrying the same batch is safe, since a mid at or
-    below the lmid is absorbed.
+    below the lmid is absorbed. A body failing validation is 400 ``invalid_request``
+    with DRF's field errors as ``error.details``; a rejected mutation (its arguments
+    failing validation included) is a 200 outcome, since its mid is consumed, with
+    the field errors as ``details``. An applied outcome carries the mutator's return
+    value as ``result``.
     """
 
     required_scope = "mutate"
@@ -353,7 +357,13 @@ class MutateView(RindleView):
         outcomes = []
         for e in envelopes:
             result = engine.mutate(
-                e["clientID"], e["mid"], e["name"], e["args"], request.user, owner=owner
+                e["clientID"],
+                e["mid"],
+                e["name"],
+                e["args"],
+                request.user,
+                owner=owner,
+                request=request,
             )
             outcomes.append(_outcome(result))
         return Response(outcomes[0] if single else outcomes)
@@ -373,8 +383,10 @@ def _outcome(result):
         out = {"accepted": True, "rejected": False, "lmid": result.lmid, "cv": result.cv}
         if result.status == "absorbed":
             out["duplicate"] = True
+        if result.result is not None:
+            out["result"] = result.result
         return out
-    return {
+    out = {
         "accepted": False,
         "rejected": True,
         "reason": result.reason,
@@ -382,6 +394,9 @@ def _outcome(result):
         "lmid": result.lmid,
         "cv": result.cv,
     }
+    if result.details is not None:
+        out["details"] = result.details
+    return out
 
 
 class SchemaView(RindleView):

@@ -195,6 +195,52 @@ class Engine:
                 listener(t.name)
         return t
 
+    def reload_tables(self, names):
+        """
+        Re-read the definitions of tables ``names`` from the database, on one
+        connection of its own and without the writer (a reader that met a DDL marker
+        calls it, possibly on the writer's thread: ``engine.schema_changes``; the live
+        queries call it for every table when they hydrate). A changed definition
+        replaces the registered one and the schema listeners are told, so only the
+        subscriptions on it are bounced; a table that is gone is forgotten. A table
+        this engine neither registers nor syncs is left alone (another deployment's,
+        or not synced here).
+        """
+        from django.db import connections
+
+        from .errors import UnknownTable
+        from .journal import journaled_tables
+        from .schema_changes import synced_tables
+
+        synced = synced_tables()
+        read, gone = [], []
+        conn = connections.create_connection(self.using)
+        try:
+            with conn.cursor() as cursor:
+                journaled = None
+                for name in dict.fromkeys(names):
+                    current = self.tables.by_name().get(name)
+                    model = synced.get(name)
+                    if current is None and model is None:
+                        if journaled is None:
+                            journaled = set(journaled_tables(conn, cursor))
+                        if name not in journaled:
+                            continue
+                    private = () if current is None else current.private
+                    try:
+                        read.append(introspect(conn, cursor, name, model=model, private=private))
+                    except UnknownTable:
+                        gone.append(name)
+        finally:
+            conn.close()
+        for t in read:
+            before = self.tables.put(t)
+            if before != t:
+                for listener in tuple(self._schema_listeners):
+                    listener(t.name)
+        for name in gone:
+            self.forget_table(name)
+
     def forget_table(self, table):
         """Unregister a table that was dropped; its subscriptions are bounced."""
         if self.tables.discard(table) is not None:
@@ -213,11 +259,11 @@ class Engine:
 
     # --- client mutations ------------------------------------------------------------
 
-    def mutate(self, client_id, mid, name, args, user=None, *, owner=None):
+    def mutate(self, client_id, mid, name, args, user=None, *, owner=None, request=None):
         """Apply one client mutation exactly once; see ``engine.mutations``."""
         from .mutations import mutate
 
-        return mutate(self, client_id, mid, name, args, user, owner=owner)
+        return mutate(self, client_id, mid, name, args, user, owner=owner, request=request)
 
     def check_owner(self, client_id, owner):
         """Raise ``ClientIdTaken`` if ``client_id`` belongs to another principal."""

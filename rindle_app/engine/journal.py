@@ -79,6 +79,7 @@ from . import capture
 from .errors import InvalidInput, UnknownTable
 from .identifiers import validate
 from .migration_sql import MigrationRefused, _refuse, classify, tokenize
+from .schema_changes import mark, shape
 from .tables import HIDDEN_PREFIXES, introspect
 from .writer import is_infrastructure_error
 
@@ -352,7 +353,12 @@ def _apply_ddl(engine, tx, migration, on_step):
             ) from None
         _check_columns(before.get(name), table)
         capture.install(tx.cursor, vendor, table)
+        if shape(before.get(name)) != shape(table):
+            mark(tx.cursor, vendor, name)  # other processes re-read it in order
         register.append(name)
+    for name in dropped:
+        if name in registered:
+            mark(tx.cursor, vendor, name)
     report = {
         "steps": [s.report() for s in migration.steps],
         "created": sorted(set(created)),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError, DataError, IntegrityError, connections
+from django.utils.module_loading import import_string
 
 from ..adapter import get_adapter
 from ..conf import rindle_settings
@@ -38,7 +39,9 @@ from ..exceptions import (
     INVALID_CLIENT_ID,
     INVALID_MID,
     INVALID_NAME,
+    MUTATION_RESULT_INVALID,
     MUTATOR_ERROR,
+    PERMISSION_DENIED,
     UNAUTHORIZED,
     UNKNOWN_MUTATOR,
     MutationRejected,
@@ -64,6 +67,8 @@ class Mutator:
     name: str
     fn: object
     args: object = None  # a DRF Serializer class, a callable, or None
+    # DRF-style permission classes; None: RINDLE["MUTATOR_PERMISSION_CLASSES"].
+    permission_classes: tuple = None
 
     def validate(self, args):
         spec = self.args
@@ -72,12 +77,78 @@ class Mutator:
         if hasattr(spec, "is_valid") or _is_serializer_class(spec):
             serializer = spec(data=args)
             if not serializer.is_valid():
-                raise MutationRejected(json.dumps(serializer.errors, default=str), INVALID_ARGS)
+                raise invalid_args(serializer.errors)
             return serializer.validated_data
         try:
             return spec(args)
-        except (ValueError, TypeError, DjangoValidationError) as exc:
+        except DjangoValidationError as exc:
+            raise invalid_args(django_field_errors(exc)) from exc
+        except (ValueError, TypeError) as exc:
             raise MutationRejected(str(exc), INVALID_ARGS) from exc
+
+    def get_permissions(self):
+        classes = self.permission_classes
+        if classes is None:
+            classes = rindle_settings.MUTATOR_PERMISSION_CLASSES
+        return [(import_string(c) if isinstance(c, str) else c)() for c in dict.fromkeys(classes)]
+
+
+def permission_problem(entry):
+    """Why ``entry`` is not a permission class (or its dotted path); None if it is one."""
+    if isinstance(entry, str):
+        try:
+            entry = import_string(entry)
+        except ImportError as exc:
+            return f"{entry!r} cannot be imported: {exc}"
+    if not (isinstance(entry, type) and callable(getattr(entry, "has_permission", None))):
+        return f"{entry!r} is not a permission class with has_permission(request, view)"
+    return None
+
+
+def invalid_args(field_errors):
+    """The ``invalid_args`` rejection of DRF-shaped ``field_errors`` (``{field: [msg]}``)."""
+    details = _plain(field_errors)
+    return MutationRejected(
+        f"invalid arguments: {flatten_errors(details)}", INVALID_ARGS, details=details
+    )
+
+
+def django_field_errors(exc):
+    """A Django ``ValidationError`` as DRF's field errors (non-field ones under DRF's key)."""
+    if hasattr(exc, "error_dict"):
+        return {field: list(messages) for field, messages in exc.message_dict.items()}
+    return {_non_field_key(): list(exc.messages)}
+
+
+def _non_field_key():
+    try:
+        from rest_framework.settings import api_settings
+    except ImportError:  # pragma: no cover
+        return "non_field_errors"
+    return api_settings.NON_FIELD_ERRORS_KEY
+
+
+def _plain(detail):
+    """DRF's ``ErrorDetail`` tree as plain JSON: dicts, lists and strings."""
+    if isinstance(detail, dict):
+        return {str(k): _plain(v) for k, v in detail.items()}
+    if isinstance(detail, (list, tuple)):
+        return [_plain(v) for v in detail]
+    return str(detail)
+
+
+def flatten_errors(detail, path=""):
+    """DRF-shaped field errors in one line: ``envelope.mid: A valid integer is required.``"""
+    if isinstance(detail, dict):
+        return "; ".join(
+            flatten_errors(v, f"{path}.{k}" if path else str(k)) for k, v in detail.items()
+        )
+    if isinstance(detail, list):
+        if all(not isinstance(d, (dict, list)) for d in detail):
+            text = " ".join(str(d) for d in detail)
+            return f"{path}: {text}" if path else text
+        return "; ".join(flatten_errors(d, f"{path}[{i}]") for i, d in enumerate(detail) if d)
+    return f"{path}: {detail}" if path else str(detail)
 
 
 def _is_serializer_class(spec):
@@ -91,20 +162,41 @@ def _is_serializer_class(spec):
 _registry = {}
 
 
-def mutator(name=None, *, args=None):
+def mutator(name=None, *, args=None, permission_classes=None):
     """
     Register ``fn(tx, args, user)`` as the mutator ``name`` (default: its __name__).
 
     ``args`` validates the client's arguments: a DRF ``Serializer`` class (its
-    ``validated_data`` is passed on) or a callable returning the validated value.
+    ``validated_data`` is passed on) or a callable returning the validated value;
+    invalid arguments are an ``invalid_args`` rejection whose ``details`` are the
+    field errors.
+
+    ``permission_classes``: DRF permission classes (or dotted paths), each asked
+    ``has_permission(request, view)`` before the arguments are validated, on every
+    transport; a refusal is a ``permission_denied`` rejection (the mid is consumed,
+    nothing is written). ``request`` has ``.user``, ``.auth`` (the bearer token, or
+    None) and ``.method`` ("POST"): over HTTP it is DRF's request itself; ``view``
+    is a ``MutationView`` (``.mutator``, the name; ``.args``, the raw arguments;
+    ``.required_scope``, "mutate"). None (the default) takes
+    ``RINDLE["MUTATOR_PERMISSION_CLASSES"]`` (none by default: everyone may).
+
+    The mutator's return value, if not None, travels back in the HTTP mutate
+    outcome as ``result``: JSON of at most ``MAX_MUTATION_RESULT_BYTES``, or the
+    mutation is rejected with ``mutation_result_invalid``.
     """
+    if permission_classes is not None:
+        permission_classes = tuple(permission_classes)
+        for entry in permission_classes:
+            problem = None if isinstance(entry, str) else permission_problem(entry)
+            if problem is not None:
+                raise ImproperlyConfigured(f"mutator {name!r}: permission_classes: {problem}")
 
     def register(fn):
         key = name or fn.__name__
         existing = _registry.get(key)
         if existing is not None and existing.fn is not fn:
             raise ImproperlyConfigured(f"mutator {key!r} is registered twice")
-        _registry[key] = Mutator(key, fn, args)
+        _registry[key] = Mutator(key, fn, args, permission_classes)
         return fn
 
     return register
@@ -120,13 +212,19 @@ def registered_mutators():
 
 @dataclass(frozen=True)
 class MutationResult:
-    """The outcome of one envelope. ``status``: applied | absorbed | rejected."""
+    """
+    The outcome of one envelope. ``status``: applied | absorbed | rejected;
+    ``details``: a rejection's JSON-able dict (``MutationRejected.details``);
+    ``result``: an applied mutator's return value (None when it returned nothing).
+    """
 
     status: str
     lmid: int
     cv: int
     code: str = None
     reason: str = None
+    details: dict = None
+    result: object = None
 
     @property
     def accepted(self):
@@ -139,6 +237,28 @@ class _Plan:
     args: object = None
     code: str = None
     reason: str = None
+    details: dict = None
+
+
+@dataclass(frozen=True)
+class MutationRequest:
+    """
+    What a mutator's permission classes get as ``request`` off HTTP (the websocket,
+    server code): ``user``, ``auth`` (the bearer token, or None), ``method`` "POST".
+    """
+
+    user: object = None
+    auth: object = None
+    method: str = "POST"
+
+
+@dataclass(frozen=True)
+class MutationView:
+    """What a mutator's permission classes get as ``view``."""
+
+    mutator: str
+    args: object
+    required_scope: str = "mutate"
 
 
 def principal_key(user=None, token=None, session_key=None):
@@ -177,7 +297,7 @@ def validate_envelope(client_id, mid, name, args):
         raise InvalidInput(f"args take {size} bytes; the limit is {limit}", code=ARGS_TOO_LARGE)
 
 
-def _plan(name, args, user):
+def _plan(name, args, user, request=None):
     m = get_mutator(name)
     if m is None:
         return _Plan(code=UNKNOWN_MUTATOR, reason=f"no mutator is registered as {name!r}")
@@ -187,30 +307,101 @@ def _plan(name, args, user):
         return _Plan(code=UNAUTHORIZED, reason=str(exc) or "not authorized")
     if allowed is False:
         return _Plan(code=UNAUTHORIZED, reason=f"not authorized to run {name!r}")
+    refusal = _permission_refusal(m, args, user, request)
+    if refusal is not None:
+        return refusal
     try:
         return _Plan(mutator=m, args=m.validate(args))
     except MutationRejected as exc:
-        return _Plan(code=exc.code, reason=exc.reason)
+        return _Plan(code=exc.code, reason=exc.reason, details=exc.details)
+
+
+def _permission_refusal(m, args, user, request):
+    """The ``permission_denied`` plan if a permission class of ``m`` refuses, else None."""
+    permissions = m.get_permissions()
+    if not permissions:
+        return None
+    request = request if request is not None else MutationRequest(user=user)
+    view = MutationView(m.name, args)
+    for permission in permissions:
+        try:
+            allowed = permission.has_permission(request, view)
+        except PermissionDenied as exc:  # DRF's PermissionDenied is an APIException
+            allowed, message = False, str(exc)
+        except Exception as exc:
+            if _is_drf_permission_denied(exc):
+                allowed, message = False, str(getattr(exc, "detail", exc))
+            else:
+                raise
+        else:
+            message = getattr(permission, "message", None)
+        if not allowed:
+            reason = str(message) if message else f"not permitted to run {m.name!r}"
+            return _Plan(code=PERMISSION_DENIED, reason=reason)
+    return None
+
+
+def _is_drf_permission_denied(exc):
+    try:
+        from rest_framework.exceptions import NotAuthenticated
+        from rest_framework.exceptions import PermissionDenied as DRFPermissionDenied
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, (DRFPermissionDenied, NotAuthenticated))
+
+
+def _drf_validation_error(exc):
+    try:
+        from rest_framework.exceptions import ValidationError
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, ValidationError)
 
 
 def classify(exc):
-    """(code, reason) of a business rejection raised inside a mutator."""
+    """(code, reason, details) of a business rejection raised inside a mutator."""
     if isinstance(exc, MutationRejected):
-        return exc.code, exc.reason
+        return exc.code, exc.reason, exc.details
     if isinstance(exc, PermissionDenied):
-        return UNAUTHORIZED, str(exc) or "not authorized"
+        return UNAUTHORIZED, str(exc) or "not authorized", None
     if isinstance(exc, RindleError) and not isinstance(exc, (QueryError, QueryRefused)):
-        return exc.code, exc.message  # (a query a mutator built wrong is its bug, below)
+        return exc.code, exc.message, None  # (a query a mutator built wrong is its bug, below)
     if isinstance(exc, IntegrityError):
-        return INTEGRITY_ERROR, str(exc)
+        return INTEGRITY_ERROR, str(exc), None
     if isinstance(exc, DataError):
-        return DATA_ERROR, str(exc)
+        return DATA_ERROR, str(exc), None
     if isinstance(exc, DjangoValidationError):
-        return INVALID_ARGS, "; ".join(exc.messages)
+        rejection = invalid_args(django_field_errors(exc))
+        return rejection.code, rejection.reason, rejection.details
+    if _drf_validation_error(exc):
+        # serializer.is_valid(raise_exception=True) inside the mutator.
+        detail = exc.detail if isinstance(exc.detail, dict) else {_non_field_key(): exc.detail}
+        rejection = invalid_args(detail)
+        return rejection.code, rejection.reason, rejection.details
     # Not a business rule: a bug in the mutator. The client gets a rejection; the
     # operator gets the traceback.
     logger.error("rindle: a mutator raised %s", type(exc).__name__, exc_info=exc)
-    return MUTATOR_ERROR, f"{type(exc).__name__}: {exc}"
+    return MUTATOR_ERROR, f"{type(exc).__name__}: {exc}", None
+
+
+def _checked_result(value):
+    """A mutator's return value as JSON-able, within ``MAX_MUTATION_RESULT_BYTES``."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise MutationRejected(
+            f"the mutator returned a value that is not JSON: {exc}", MUTATION_RESULT_INVALID
+        ) from None
+    limit = int(rindle_settings.MAX_MUTATION_RESULT_BYTES)
+    size = len(text.encode())
+    if size > limit:
+        raise MutationRejected(
+            f"the mutator's result takes {size} bytes; MAX_MUTATION_RESULT_BYTES is {limit}",
+            MUTATION_RESULT_INVALID,
+        )
+    return json.loads(text)
 
 
 # On Postgres, engines of several processes may share the ledger: the read takes a
@@ -291,50 +482,51 @@ def _store_lmid(tx, client_id, mid, owner):
 def _apply(tx, client_id, mid, plan, user, owner):
     lmid = _read_lmid(tx, client_id, owner)
     if mid <= lmid:
-        return "absorbed", lmid, None, None
+        return "absorbed", lmid, None, None, None, None
     if mid > lmid + 1:
         raise MutationGap(client_id, mid, lmid)
-    code, reason = plan.code, plan.reason
+    code, reason, details, result = plan.code, plan.reason, plan.details, None
     if code is None and tx.solo:
         # Alone in its transaction, a failing mutator sinks the transaction and the
         # engine's fallback records the rejection in an lmid-only commit instead:
         # the common, successful path pays for no savepoint.
-        plan.mutator.fn(tx, plan.args, user)
+        result = _checked_result(plan.mutator.fn(tx, plan.args, user))
     elif code is None:
         try:
             with tx.savepoint():
-                plan.mutator.fn(tx, plan.args, user)
+                result = _checked_result(plan.mutator.fn(tx, plan.args, user))
         except Exception as exc:
             if is_infrastructure_error(exc):
                 raise
-            code, reason = classify(exc)
+            code, reason, details = classify(exc)
     _store_lmid(tx, client_id, mid, owner)
-    return ("applied" if code is None else "rejected"), mid, code, reason
+    return ("applied" if code is None else "rejected"), mid, code, reason, details, result
 
 
-def mutate(engine, client_id, mid, name, args, user=None, *, owner=None):
+def mutate(engine, client_id, mid, name, args, user=None, *, owner=None, request=None):
     """
     Apply one client mutation through ``engine``; return a ``MutationResult``.
     ``owner`` is the caller's ``principal_key`` (``None``: trusted server code, which
-    neither checks nor claims the id).
+    neither checks nor claims the id). ``request`` is what the mutator's permission
+    classes are asked about (``MutationRequest(user)`` when None).
     """
     validate_envelope(client_id, mid, name, args)
-    plan = _plan(name, args, user)
+    plan = _plan(name, args, user, request)
 
     def record_rejection(exc):
         # The mutator raised, or its effects broke the commit (a deferred
         # constraint): its transaction is gone, so record the rejection alone.
         if isinstance(exc, (MutationGap, ClientIdTaken)) or is_infrastructure_error(exc):
             return None
-        code, reason = classify(exc)
-        rejected = _Plan(code=code, reason=reason)
+        code, reason, details = classify(exc)
+        rejected = _Plan(code=code, reason=reason, details=details)
         return lambda tx: _apply(tx, client_id, mid, rejected, user, owner)
 
     commit = engine.write(
         lambda tx: _apply(tx, client_id, mid, plan, user, owner), record_rejection
     )
-    status, lmid, code, reason = commit.value
-    return MutationResult(status, lmid, commit.cv, code, reason)
+    status, lmid, code, reason, details, result = commit.value
+    return MutationResult(status, lmid, commit.cv, code, reason, details, result)
 
 
 def client_lmid(using, client_id):
@@ -371,5 +563,5 @@ def reject(engine, client_id, mid, reason=None, *, owner=None):
     validate_envelope(client_id, mid, "reject", None)
     plan = _Plan(code=MUTATOR_ERROR, reason=reason or "rejected")
     commit = engine.write(lambda tx: _apply(tx, client_id, mid, plan, None, owner))
-    status, lmid, code, reason = commit.value
-    return MutationResult(status, lmid, commit.cv, code, reason)
+    status, lmid, code, reason, details, _result = commit.value
+    return MutationResult(status, lmid, commit.cv, code, reason, details)

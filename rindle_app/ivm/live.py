@@ -8,6 +8,7 @@ import threading
 from collections import Counter, deque
 
 from ..conf import rindle_settings
+from ..engine.schema_changes import is_marker
 from ..exceptions import ResnapshotRequired
 from ..stream import reader
 from ..stream.partitions import PartitionSource
@@ -61,6 +62,11 @@ class LiveQueries:
     def _hydrate(self):
         using, tables = self.engine.using, self.engine.tables
         state, _nothing = reader.consistent_read(using, lambda cursor, state: None, fresh=True)
+        # The table map may predate a migration whose DDL marker is at or below the
+        # version the catalog starts at, so the tail would never meet it: every
+        # table is read again now, after the state (listeners of a changed one are
+        # told; nothing subscribes to this catalog yet).
+        self.engine.reload_tables([t.name for t in tables])
         store = PartitionStore(
             tables,
             PartitionSource(using, state.epoch),
@@ -116,7 +122,20 @@ class LiveQueries:
             version = max(version or 0, events[-1][0])
         if version is None or version <= self.catalog.version:
             return self.catalog.version, {}, []
-        changes = [(name, old, new) for _seq, name, old, new in events if name in tables]
+        marked = [name for _seq, name, old, new in events if is_marker(old, new)]
+        if marked:
+            # A DDL marker (engine.schema_changes): the table is read again in its new
+            # shape and its queries bounced (the engine's schema listeners) before
+            # any change is applied. Changes to it before the marker then matter to
+            # nobody (its partitions and queries are gone), and those after it land
+            # on the new definition.
+            self.engine.reload_tables(marked)
+            tables = self.engine.tables.by_name()
+        changes = [
+            (name, old, new)
+            for _seq, name, old, new in events
+            if name in tables and not is_marker(old, new)
+        ]
         outputs, faults = self.catalog.commit(version, changes)
         return version, outputs, faults
 

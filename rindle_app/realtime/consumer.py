@@ -70,7 +70,7 @@ from .. import leases, strictjson
 from ..adapter import check_anonymous_mutation, get_adapter
 from ..conf import rindle_settings
 from ..engine.errors import AnonymousMutationsDisabled, MutationGap, RindleError
-from ..engine.mutations import principal_key
+from ..engine.mutations import MutationRequest, principal_key
 from ..exceptions import (
     BAD_FRAME,
     FRAME_ERROR,
@@ -626,6 +626,7 @@ class RindleConsumer(AsyncWebsocketConsumer):
                 envelope.get("args"),
                 self.user,
                 owner=self._owner(),
+                request=MutationRequest(user=self.user, auth=self.token),
             )
         except MutationGap as exc:
             self._refuse(exc.code, exc.status)
@@ -643,7 +644,10 @@ class RindleConsumer(AsyncWebsocketConsumer):
             if result.status == "rejected":
                 reason = result.reason or result.code or "rejected"
                 frame = {"t": "mutationOutcome", "mid": envelope["mid"], "kind": "rejected"}
-                outcome = (wire.dumps({**frame, "reason": reason}),)
+                frame.update(reason=reason, code=result.code)
+                if result.details is not None:
+                    frame["details"] = result.details
+                outcome = (wire.dumps(frame),)
         finally:
             await workers.run_hub(self.hub.release, self.conn, outcome)
 

@@ -444,11 +444,16 @@ class Hub:
         first, WITHOUT the lock (``_read_ahead``), so other sockets' frames and the
         commits wait only for installing them and building the view from memory.
         """
+        tables = self.engine.tables.by_name()
         ahead = self._read_ahead(conn, ast)
         with self.lock:
             if conn.closed:
                 return None
             self._watch()
+            if self.engine.tables.by_name() is not tables:
+                # A table was re-read meanwhile (a DDL marker, possibly met by the
+                # step just above): what was read ahead may have its old columns.
+                ahead = None
             limits.check_subscriptions(conn, query_id)
             limits.check_footprint(self.catalog, conn, replacing=query_id)
             old = conn.subs.pop(query_id, None)

@@ -15,6 +15,7 @@ import time
 from django.db import connections
 
 from ..engine.capture import OUTBOX, sqlite_image
+from ..engine.schema_changes import DDL_OP
 from ..exceptions import ResnapshotRequired
 from . import state as stream_state
 from .reader import _SQLITE_SAFE, decode
@@ -61,6 +62,8 @@ class PartitionSource:
             f"UNION ALL SELECT 2, {_text(vendor, 'e.old')}, {_text(vendor, 'e.new')}, "
             f"{_text(vendor, 'e.seq')} "
             f'FROM {OUTBOX} AS e WHERE e.seq > %s AND e."table" = %s'
+            # A DDL marker (engine.schema_changes) changes no row.
+            f" AND e.op <> '{DDL_OP}'"
         )
         with conn.cursor() as cursor:
             cursor.execute(statement, [*params, stream_state.STREAM, version, table.name])

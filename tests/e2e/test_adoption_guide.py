@@ -24,10 +24,10 @@ the page's own form (placeOrder) and Close button (closeOrder, over the websocke
 update both lists. The guide's Celery beat schedule must name tasks the project's Celery
 app registers.
 
-The project sees rindle only through ``rindle_on_path`` (a directory holding a symlink
-to ``rindle_app`` alone, so the checkout's ``project``, ``tests`` and ``bench`` are not
-importable); once the checkout is pip-installable that one function becomes a
-``pip install <checkout>`` into a fresh venv. With DATABASE_URL naming PostgreSQL (the
+The project runs on rindle as the guide's step 1 installs it: the checkout's wheel
+``pip install``-ed into a fresh venv (``installed_rindle``, built once per session),
+whose python runs every command, so the checkout's ``project``, ``tests`` and ``bench``
+are not importable. With DATABASE_URL naming PostgreSQL (the
 suite's second pass), the project runs on a fresh database of its own on that server,
 through the guide's ``DATABASE_URL`` line; otherwise on the guide's SQLite settings.
 """
@@ -37,7 +37,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -96,19 +95,11 @@ def guide_command(shell, prefix):
     return found[0]
 
 
-def rindle_on_path(workdir):
-    """
-    ``(python, env)`` that run the new project with rindle importable and nothing else of
-    the checkout: a directory holding only ``rindle_app -> <checkout>/rindle_app`` on
-    PYTHONPATH, under this venv's interpreter. (Later: ``pip install <checkout>`` into a
-    fresh venv, and that venv's python with no PYTHONPATH.)
-    """
-    site = workdir / "site"
-    site.mkdir()
-    (site / "rindle_app").symlink_to(ROOT / "rindle_app", target_is_directory=True)
+def installed_env(installed):
+    """``(python, env)`` that run the new project on the venv rindle was installed in."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env["PYTHONPATH"] = str(site)
-    return sys.executable, env
+    env["PATH"] = f"{installed.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return str(installed.python), env
 
 
 @contextmanager
@@ -210,9 +201,9 @@ def post_json(url, body, token):
         return exc.code, json.loads(exc.read() or b"null")
 
 
-def build(tmp_path, database_url):
+def build(tmp_path, database_url, installed):
     """startproject + startapp, then every file block of the guide's Setup, in order."""
-    python, env = rindle_on_path(tmp_path)
+    python, env = installed_env(installed)
     if database_url:
         env["DATABASE_URL"] = database_url
     files, shell = guide_blocks()
@@ -247,11 +238,11 @@ def build(tmp_path, database_url):
 PG_DATETIME_ORDER_BUG = "collations are not supported by type timestamp with time zone"
 
 
-def test_the_guide_builds_a_live_project(tmp_path):
+def test_the_guide_builds_a_live_project(tmp_path, installed_rindle):
     sync_playwright = _sync_playwright()
     ARTIFACTS.mkdir(exist_ok=True)
     with project_database() as database_url:
-        project, shell = build(tmp_path, database_url)
+        project, shell = build(tmp_path, database_url, installed_rindle)
         for command in (
             "python manage.py makemigrations shop",
             "python manage.py migrate",

@@ -1,7 +1,7 @@
 """GET /v1/stream pages: committed events up to safe_seq in order, cursor rules, filters, scopes."""
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from project.demo import models as demo
 from rindle_app import models
@@ -71,6 +71,25 @@ def test_events_come_in_seq_order_with_their_images_and_a_cursor_to_continue(rea
     assert (body["epoch"], body["safe_seq"], body["horizon"]) == (state.epoch, state.safe_seq, 1)
     again = ok(get(reader, cursor=body["cursor"]))
     assert again["events"] == [] and again["cursor"] == body["cursor"]
+
+
+def test_a_schema_change_is_an_event_of_op_ddl_in_its_place(reader):
+    """A DDL marker reaches a consumer in seq order as op ddl, with no key and no images."""
+    from rindle_app.engine.schema_changes import mark
+
+    users("a")
+    with transaction.atomic(), connection.cursor() as cursor:
+        mark(cursor, connection.vendor, "user")
+    users("b")
+    publish()
+    body = ok(get(reader))
+    assert [(e["table"], e["op"], e["key"]) for e in body["events"]] == [
+        ("user", "add", ["a"]),
+        ("user", "ddl", []),
+        ("user", "add", ["b"]),
+    ]
+    ddl = body["events"][1]
+    assert ddl["old"] is None and ddl["new"] is None and ddl["created_at"]
 
 
 def test_pages_split_the_stream_without_losing_or_repeating_an_event(reader):

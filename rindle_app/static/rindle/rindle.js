@@ -14,7 +14,10 @@
  *   </script>
  *
  * connect(options) -> Connection. Options (all optional):
- *   url         websocket URL, absolute or a path ("/ws/rindle/", the default)
+ *   base        the path rindle is mounted under ("/", the default; "/sync/" for
+ *               path("sync/", include("rindle_app.urls")) with the websocket beside it):
+ *               the default url is base + "ws/rindle/", the lease route base + "api/rindle/query"
+ *   url         websocket URL, absolute or a path (base + "ws/rindle/" by default)
  *   clientID    this connection's client id; by default one per tab (see tabClientID)
  *   clientIDPrefix   put before the per-tab id (say a display name, for presence); max 32
  *   onStatus, onPending, onRejected, onError   shorthands for conn.on(...)
@@ -24,7 +27,7 @@
  * Connection:
  *   subscribe(name, args, onChange) -> Live     a named query, kept current
  *   query(name, args) -> Promise<rows>          one snapshot, then unsubscribed
- *   mutate(name, args) -> Promise<{mid, rejected, reason?}>
+ *   mutate(name, args) -> Promise<{mid, rejected, reason?, code?, details?}>
  *       Resolves when the server's lmid covering the mutation is released, i.e. when the
  *       mutation's effects (if any) are already folded into every Live. It never rejects
  *       for a server-side refusal: a rejected mutation still advances the lmid, and resolves
@@ -35,7 +38,9 @@
  *   lmid          the last released lmid of this client (null until known)
  *   stats         counters of protocol events (gaps, duplicates, lateFrames, fpMismatches...)
  *   on(event, fn) -> unsubscribe   events: "status" (status), "pending" (count),
- *                 "rejected" ({mid, name, args, reason}), "error" ({message, code, ...}),
+ *                 "rejected" ({mid, name, args, reason, code?, details?}: details are
+ *                 the server's, e.g. DRF's field errors of invalid_args),
+ *                 "error" ({message, code, ...}),
  *                 "realtime" ({name, args, doc, sessions: [clientID], room: bool})
  *   close()
  *
@@ -85,6 +90,14 @@
  */
 
 export const COMPARATOR_VERSION = 2;
+
+/** The `code` and `details` a rejection's `mutationOutcome` carries, when it has them. */
+function rejection(msg) {
+  const out = {};
+  if (typeof msg.code === "string") out.code = msg.code;
+  if (msg.details && typeof msg.details === "object") out.details = msg.details;
+  return out;
+}
 export const LMID_QUERY = "_rindle/clientLmid";
 
 const RECONNECT_MIN_MS = 250;
@@ -482,6 +495,12 @@ export function renewTabClientID(storage = browserStorage(), old = "") {
   return `${base}-${tab}${instance ? instance[0] : ""}`;
 }
 
+function mountBase(base) {
+  if (!base) return "/";
+  const path = String(base);
+  return `${path.startsWith("/") ? "" : "/"}${path}${path.endsWith("/") ? "" : "/"}`;
+}
+
 function defaultUrl(path) {
   const loc = globalThis.location;
   if (/^wss?:\/\//.test(path)) return path;
@@ -502,7 +521,9 @@ export function connect(options = {}) {
 
 export class Connection {
   constructor(options = {}) {
-    this.url = defaultUrl(options.url || "/ws/rindle/");
+    // `base`: where rindle is mounted (path("sync/", include("rindle_app.urls")) -> "/sync/").
+    const base = mountBase(options.base);
+    this.url = defaultUrl(options.url || `${base}ws/rindle/`);
     this._WebSocket = options.WebSocket || globalThis.WebSocket;
     this._timers = options.timers || {
       setTimeout: (fn, ms) => setTimeout(fn, ms),
@@ -527,7 +548,7 @@ export class Connection {
     this._realtime = realtime && {
       queries: new Set(realtime.queries || []),
       mutators: new Set(realtime.mutators || []),
-      leaseUrl: realtime.leaseUrl || LEASE_URL,
+      leaseUrl: realtime.leaseUrl || `${base}${LEASE_URL.slice(1)}`,
       fetch: realtime.fetch || (globalThis.fetch && globalThis.fetch.bind(globalThis)),
     };
     this._rooms = new Map(); // doc -> room (see _openRoom)
@@ -1007,12 +1028,17 @@ export class Connection {
     if (msg.kind !== "rejected") return;
     const entry = this._pending.find((e) => e.mid === msg.mid);
     const reason = msg.reason || "rejected";
-    if (entry) entry.rejected = reason;
+    const why = rejection(msg);
+    if (entry) {
+      entry.rejected = reason;
+      entry.why = why;
+    }
     this._emit("rejected", {
       mid: msg.mid,
       name: entry ? entry.name : undefined,
       args: entry ? entry.args : undefined,
       reason,
+      ...why,
     });
   }
 
@@ -1061,7 +1087,7 @@ export class Connection {
       this._resendAttempt = 0;
       for (const e of done) {
         const result = { mid: e.mid, rejected: e.rejected !== null };
-        if (e.rejected !== null) result.reason = e.rejected;
+        if (e.rejected !== null) Object.assign(result, { reason: e.rejected }, e.why);
         e.resolve(result);
       }
       this._emit("pending", this.pending);

@@ -87,18 +87,18 @@ def node_or_skip():
 class Server:
     """Daphne serving the project on 127.0.0.1:``port``, against this test's database."""
 
-    def __init__(self, port, log_path, settings_module="project.settings", **env):
+    def __init__(self, port, log_path, settings_module="project.settings", app=None, **env):
         self.port = port
         self.log_path = log_path
         self.settings_module = settings_module
+        self.app = app or "project.asgi:application"  # the ASGI application Daphne serves
         self.env = env  # more environment (REDIS_URL: the channel layer)
         self.proc = None
 
     def start(self):
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-            + ["project.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)] + [self.app],
             cwd=ROOT,
             env=child_env(
                 DJANGO_DEBUG="0", DJANGO_SETTINGS_MODULE=self.settings_module, **self.env

@@ -5,7 +5,7 @@
 // idempotency keys, positional change rows, interactive sessions), then a /materialize
 // lease subscribed on the websocket (it hydrates and follows a write) and a bogus lease.
 //
-// usage: node daemon.mjs --base HTTP_URL --ws WS_URL --token RAW
+// usage: node daemon.mjs --base HTTP_URL --ws WS_URL --token RAW [--skip STEP,...]
 // prints one JSON line: {checks: {name: value}, failures: [..]}
 
 import { parseArgs } from "node:util";
@@ -19,14 +19,18 @@ const { values: opts } = parseArgs({
     base: { type: "string" },
     ws: { type: "string" },
     token: { type: "string" },
+    skip: { type: "string", default: "" }, // steps not to run (their checks are absent)
   },
 });
+const skipped = new Set(opts.skip.split(",").filter(Boolean));
 setTimeout(() => {
   process.stderr.write("daemon.mjs: gave up after 50 s\n");
   process.exit(1);
 }, 50_000).unref();
 
 const auth = { authorization: `Bearer ${opts.token}` };
+// A route under --base, which may carry a path prefix ("http://host/sync").
+const route = (path) => new URL(path, opts.base.endsWith("/") ? opts.base : `${opts.base}/`);
 const bootIds = [];
 const routed = []; // [leg, path] of every request the split client made
 function counting(leg) {
@@ -60,6 +64,7 @@ async function status(promise) {
   }
 }
 async function step(name, fn) {
+  if (skipped.has(name)) return;
   try {
     await fn();
   } catch (err) {
@@ -94,8 +99,8 @@ await step("reads", async () => {
   const schema = await master.schema();
   check("schemaTables", schema.tables.map((t) => t.name));
   const headers = { ...auth, "content-type": "application/json" };
-  check("version", await (await fetch(new URL("/version", opts.base), { headers: auth })).json());
-  check("stats", await (await fetch(new URL("/stats", opts.base), { method: "POST", headers, body: "{}" })).json());
+  check("version", await (await fetch(route("version"), { headers: auth })).json());
+  check("stats", await (await fetch(route("stats"), { method: "POST", headers, body: "{}" })).json());
 });
 
 await step("rowChanges", async () => {
@@ -197,7 +202,7 @@ await step("websocket", async () => {
   check("live", true);
   s.send({ t: "subscribe", queryId: 2, leaseToken: "bogus", mode: "normalized" });
   check("bogus", await s.until((f) => f.queryId === 2 && f.t === "queryError"));
-  check("statsLive", await (await fetch(new URL("/stats", opts.base), { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: "{}" })).json());
+  check("statsLive", await (await fetch(route("stats"), { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: "{}" })).json());
   check("dematerialize", await master.dematerialize({ materializationId: lease.materializationId }));
   s.ws.close();
 });

@@ -111,6 +111,12 @@ def assert_consistent(p, kinds, context):
     want = {int(mid[:4]): ROWS for mid in dml}
     assert dict(batches) == want, f"{context}: item rows {dict(batches)} vs markers {want}"
     events = Counter((e.table, e.op) for e in ChangeEvent.objects.filter(table__startswith=p))
+    # Each table an applied DDL migration made has its one DDL marker, committed in
+    # the migration's transaction like the journal's row.
+    ddl = Counter({k: n for k, n in events.items() if k[1] == "ddl"})
+    made = {name for name in present if name.startswith(p)}
+    assert ddl == Counter({(name, "ddl"): 1 for name in made}), f"{context}: DDL markers"
+    events -= ddl
     expected = Counter({(f"{p}items", "add"): len(items)})
     if counter is not None:
         expected[(f"{p}counter", "add")] = 1

@@ -5,9 +5,10 @@ schema change bounces only the subscriptions on the changed table.
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import connection
+from django.db import connection, transaction
 
-from rindle_app.engine import capture, journal
+from rindle_app.engine import capture, journal, schema_changes
+from rindle_app.engine.tables import introspect
 from rindle_app.ivm.builder import table
 from rindle_app.named import named_query
 from rindle_app.signals import install_capture_after_migrate
@@ -159,3 +160,60 @@ async def test_a_django_migration_of_a_synced_model_leaves_other_tables_alone(li
         assert await client.nothing()
 
     await _migrate_tag(live, check)
+
+
+def _alter_elsewhere(table, column):
+    """A schema change as another process commits it: DDL, capture, DDL marker, nothing else."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" TEXT')
+        t = introspect(connection, cursor, table)
+        capture.install(cursor, connection.vendor, t)
+        schema_changes.mark(cursor, connection.vendor, table)
+
+
+async def test_a_ddl_marker_committed_elsewhere_bounces_only_the_changed_tables_queries(live):
+    """
+    The tail meets a DDL marker no listener of this process announced: the table is
+    re-read, only its subscription is told schema_changed, and the new hello and the
+    rows after it carry the new column.
+    """
+    client, other = await _two_tables(live)
+    try:
+        await db(_alter_elsewhere)("jt_a", "tag")
+        frame = await client.recv()
+        assert frame["t"] == "queryError" and frame["queryId"] == 1
+        assert frame["code"] == "schema_changed" and frame["retryable"] is True
+        assert await client.nothing() and await other.nothing()
+        frames = await subscribe(client, 1, "journalA")
+        hello = next(f for f in frames if f["t"] == "nhello" and f["queryId"] == 1)
+        assert hello["hello"]["tables"][0]["columns"] == ["id", "tag"]
+        await db(migrate)(live, "0003", "INSERT INTO jt_a (id, tag) VALUES ('a1', 'red')")
+        batch, _ = await client.recv_until("progress")
+        assert batch["queryId"] == 1 and batch["batch"]["ops"][0]["row"] == ["a1", "red"]
+    finally:
+        await client.close()
+        await other.close()
+
+
+async def test_the_first_subscriber_after_a_ddl_marker_committed_elsewhere_gets_the_new_shape(
+    live,
+):
+    """
+    With nothing subscribed (no wake-up armed), a schema change committed elsewhere
+    and a row in the new shape: the next subscriber's hello and rows have the column.
+    """
+    await db(migrate)(live, "0001", ["CREATE TABLE jt_a (id TEXT PRIMARY KEY)"])
+    client = Client()
+    assert await client.connect()
+    try:
+        await db(_alter_elsewhere)("jt_a", "tag")
+        await db(journal.apply)(
+            live, journal.parse("0002", "INSERT INTO jt_a (id, tag) VALUES ('a1', 'red')")
+        )
+        frames = await subscribe(client, 1, "journalA")
+        hello = next(f for f in frames if f["t"] == "nhello")
+        assert hello["hello"]["tables"][0]["columns"] == ["id", "tag"]
+        batch = next(f for f in frames if f["t"] == "nbatch")
+        assert [op["row"] for op in batch["batch"]["ops"]] == [["a1", "red"]]
+    finally:
+        await client.close()

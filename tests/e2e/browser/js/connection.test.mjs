@@ -222,6 +222,36 @@ test("a rejected mutation still resolves, and the rejected event says why", asyn
   assert.deepEqual(await done, { mid: 5, rejected: true, reason: "no spam" });
 });
 
+test("base: the socket and the lease route sit under the prefix rindle is mounted at", async () => {
+  const fetch = async () => ({ ok: false, status: 503, json: async () => ({}) });
+  globalThis.location = { protocol: "https:", host: "shop.example" };
+  try {
+    const conn = connect({ base: "/sync", clientID: "c1", WebSocket: FakeSocket, timers: clock, storage, realtime: { queries: ["a"], fetch } });
+    assert.equal(FakeSocket.last.url, "wss://shop.example/sync/ws/rindle/");
+    assert.equal(conn._realtime.leaseUrl, "/sync/api/rindle/query");
+    const plain = connect({ clientID: "c2", WebSocket: FakeSocket, timers: clock, storage });
+    assert.equal(plain.url, "wss://shop.example/ws/rindle/");
+  } finally {
+    delete globalThis.location;
+  }
+});
+
+test("a rejection's code and field errors reach the rejected event and the mutate result", async () => {
+  const conn = open();
+  const heard = [];
+  conn.on("rejected", (r) => heard.push(r));
+  const socket = FakeSocket.last;
+  socket.open();
+  const lmidQuery = hydrate(socket, LMID_QUERY, LMID_SCHEMA, [lmidRow(4)], 3);
+  const done = conn.mutate("editTitle", { id: "x", title: "" });
+  const details = { title: ["This field may not be blank."] };
+  const reason = "invalid arguments: title: This field may not be blank.";
+  socket.receive({ t: "mutationOutcome", mid: 5, kind: "rejected", reason, code: "invalid_args", details });
+  assert.deepEqual(heard[0], { mid: 5, name: "editTitle", args: { id: "x", title: "" }, reason, code: "invalid_args", details });
+  socket.receive(batch(lmidQuery, 1, 1, LMID_SCHEMA, [edit(lmidRow(4), lmidRow(5))], 4), progress(4));
+  assert.deepEqual(await done, { mid: 5, rejected: true, reason, code: "invalid_args", details });
+});
+
 test("a reconnect sends init, the unconfirmed envelopes with their mids in order, then every query", async () => {
   const conn = open();
   const statuses = [];
