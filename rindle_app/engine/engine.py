@@ -56,6 +56,9 @@ class Engine:
         self._state_lock = threading.Lock()
         self._started = False
         self._schema_listeners = []
+        # table -> the model it was registered with, beyond the synced ones: a re-read
+        # (reload_tables) keeps typing its columns from it (engine.values).
+        self._models = {}
         self._attachments = {}
         # Distinct foreign producers; seeded at start, read lock-free by /metrics.
         self.producer_census = ProducerCensus()
@@ -189,6 +192,8 @@ class Engine:
             return t
 
         t = self.write(register).value
+        if model is not None:
+            self._models[table] = model
         before = self.tables.put(t)
         if before is not None and before != t:
             for listener in tuple(self._schema_listeners):
@@ -220,7 +225,7 @@ class Engine:
                 journaled = None
                 for name in dict.fromkeys(names):
                     current = self.tables.by_name().get(name)
-                    model = synced.get(name)
+                    model = synced.get(name) or self._models.get(name)
                     if current is None and model is None:
                         if journaled is None:
                             journaled = set(journaled_tables(conn, cursor))
@@ -243,6 +248,7 @@ class Engine:
 
     def forget_table(self, table):
         """Unregister a table that was dropped; its subscriptions are bounced."""
+        self._models.pop(table, None)
         if self.tables.discard(table) is not None:
             for listener in tuple(self._schema_listeners):
                 listener(table)
