@@ -231,13 +231,6 @@ def build(tmp_path, database_url, installed):
     return project, shell
 
 
-# A known bug this test found: on PostgreSQL the store reads a window ordered by a
-# DateTimeField with COLLATE "C" (ivm/sql.py ``ordered``), which timestamptz refuses, so
-# recentOrders never hydrates. The wire-encoding work (issue 19, Deliver 3) fixes it.
-# Only that failure is expected; once it is gone the test says so, to drop this.
-PG_DATETIME_ORDER_BUG = "collations are not supported by type timestamp with time zone"
-
-
 def test_the_guide_builds_a_live_project(tmp_path, installed_rindle):
     sync_playwright = _sync_playwright()
     ARTIFACTS.mkdir(exist_ok=True)
@@ -294,15 +287,8 @@ def test_the_guide_builds_a_live_project(tmp_path, installed_rindle):
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
                     drive_the_page(browser, base, mutate_url.path, body, args, token)
-                except pytest.fail.Exception:
-                    if database_url and PG_DATETIME_ORDER_BUG in project.log():
-                        pytest.xfail(PG_DATETIME_ORDER_BUG)
-                    raise
                 finally:
                     browser.close()
-        if database_url:
-            assert PG_DATETIME_ORDER_BUG not in project.log()
-            pytest.fail("PostgreSQL orders by a DateTimeField now: drop PG_DATETIME_ORDER_BUG")
 
 
 def drive_the_page(browser, base, mutate_path, body, args, token):
