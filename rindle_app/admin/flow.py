@@ -183,7 +183,7 @@ class FlowTombstoneAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.Usage)
-class UsageAdmin(admin.ModelAdmin):
+class UsageAdmin(ReadOnlyAdmin):
     """
     The admin index's "Usage" entry: its changelist is the fleet page, for whoever
     may read the flow pages. It has no rows of its own to add, change or delete.
@@ -191,15 +191,6 @@ class UsageAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm(FLOW_VIEW_PERMISSION)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_urls(self):
         view = self.admin_site.admin_view(self.changelist_view)

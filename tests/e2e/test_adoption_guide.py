@@ -46,8 +46,7 @@ from urllib.parse import urlparse, urlunparse
 
 import pytest
 
-from tests.conftest import CI
-from tests.e2e.browser.chromium import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser.chromium import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 from tests.support.processes import free_port, stop
 
 pytestmark = pytest.mark.slow
@@ -120,22 +119,6 @@ def project_database():
     finally:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _sync_playwright():
-    problem = None
-    if not os.path.exists(CHROMIUM):
-        problem = f"{CHROMIUM} is missing (`make install-test` installs Debian's chromium)"
-    else:
-        try:
-            from playwright.sync_api import sync_playwright
-        except ImportError:
-            problem = "the playwright package is not installed (`make install-test`)"
-    if problem:
-        if CI:
-            pytest.fail(problem + " (CI=true: the adoption guide test must run)")
-        pytest.skip(problem)
-    return sync_playwright
 
 
 class Project:
@@ -232,7 +215,7 @@ def build(tmp_path, database_url, installed):
 
 
 def test_the_guide_builds_a_live_project(tmp_path, installed_rindle):
-    sync_playwright = _sync_playwright()
+    sync_playwright = sync_playwright_or_skip()
     ARTIFACTS.mkdir(exist_ok=True)
     with project_database() as database_url:
         project, shell = build(tmp_path, database_url, installed_rindle)

@@ -9,7 +9,6 @@ the other user's pages within ``LIVE_MS``. Screenshots and the server's log go t
 ``tests/e2e/browser/artifacts/``.
 """
 
-import os
 import subprocess
 import sys
 import time
@@ -22,10 +21,10 @@ import pytest
 
 from project.demo.management.commands.rindle_seed_demo import seed_rows
 from rindle_app.testing import running
-from tests.conftest import CI, child_env
+from tests.conftest import child_env
 from tests.support.processes import free_port, stop
 
-from .chromium import CHROMIUM, CHROMIUM_ARGS
+from .chromium import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_skip
 
 ROOT = Path(__file__).resolve().parents[3]
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -36,20 +35,7 @@ ISSUE = f"s1-i{ISSUES - 1:06d}"  # the newest seeded issue: first in the list
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def _sync_playwright():
-    problem = None
-    if not os.path.exists(CHROMIUM):
-        problem = f"{CHROMIUM} is missing (`make install` installs Debian's chromium)"
-    else:
-        try:
-            from playwright.sync_api import sync_playwright
-        except ImportError:
-            problem = "the playwright package is not installed (`make install`)"
-    if problem:
-        if CI:
-            pytest.fail(problem + " (CI=true: the browser test must run)")
-        pytest.skip(problem)
-    return sync_playwright
+_sync_playwright = sync_playwright_or_skip  # the name the other browser tests import
 
 
 def _wait_until_up(url, proc, log_path, timeout=60):

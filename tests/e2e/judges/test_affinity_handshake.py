@@ -7,15 +7,11 @@ socket whose handshake selects none of the offered ones. Judged in Node with the
 offered, never the ticket, and nothing when nothing is offered.
 """
 
-import json
-import subprocess
-
 import pytest
 
-from tests.conftest import child_env
 from tests.support.processes import free_port
 
-from .test_published_clients import NODE_DIR, Server, node_or_skip
+from .test_published_clients import Server, node_or_skip, run_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,16 +21,12 @@ def test_an_affinity_mode_client_gets_the_subprotocol_it_offered(engine, tmp_pat
     server = Server(free_port(), tmp_path / "daphne.log")
     server.start()
     try:
-        out = subprocess.run(
-            [node, "affinity.mjs", "--url", f"ws://127.0.0.1:{server.port}/ws/rindle/"],
-            cwd=NODE_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
+        result = run_node(
+            node,
+            ["affinity.mjs", "--url", f"ws://127.0.0.1:{server.port}/ws/rindle/"],
+            server,
             timeout=60,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log()}"
-        result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop()
     assert result["fresh"] == {"protocol": "rindle.v1", "first": "nhello"}, result

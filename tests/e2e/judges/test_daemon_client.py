@@ -5,18 +5,14 @@ in Node against Daphne: ``tests/e2e/node/daemon.mjs`` calls every route the clie
 unchanged, and the database must hold exactly what the original's semantics leave.
 """
 
-import json
-import subprocess
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
 from rindle_app import tokens
-from tests.conftest import child_env
 from tests.support.processes import free_port
 
-from .test_published_clients import NODE_DIR, Server, node_or_skip
+from .test_published_clients import NODE_DIR, Server, node_or_skip, run_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,17 +33,13 @@ def test_the_published_daemon_client_drives_every_route(engine, tmp_path):
     server.start()
     try:
         port = server.port
-        out = subprocess.run(
-            [node, "daemon.mjs", "--base", f"http://127.0.0.1:{port}"]
+        result = run_node(
+            node,
+            ["daemon.mjs", "--base", f"http://127.0.0.1:{port}"]
             + ["--ws", f"ws://127.0.0.1:{port}/ws/rindle/", "--token", raw],
-            cwd=NODE_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
+            server,
             timeout=90,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log()}"
-        result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop()
     assert result["failures"] == [], "\n".join(result["failures"]) + server.log()

@@ -6,21 +6,17 @@ lease each lease carries, fold each other's occupancy row, and the first client'
 0 -> 1 transition re-leases its query. Both views equal SQL.
 """
 
-import json
-import subprocess
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tests.conftest import child_env
 from tests.support.processes import free_port
 
 from .test_published_clients import (
-    NODE_DIR,
     Server,
     expected_views,
     node_or_skip,
+    run_node,
     seed,
     session_cookie,
     shaped,
@@ -37,18 +33,14 @@ def test_two_published_clients_ring_each_others_doorbell(engine, tmp_path):
     server.start()
     try:
         port = server.port
-        out = subprocess.run(
-            [node, "lifecycle.mjs", "--api", f"http://127.0.0.1:{port}"]
+        result = run_node(
+            node,
+            ["lifecycle.mjs", "--api", f"http://127.0.0.1:{port}"]
             + ["--ws", f"ws://127.0.0.1:{port}/ws/rindle/", "--issue", "i1"]
             + ["--cookie", session_cookie(ada)],
-            cwd=NODE_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
+            server,
             timeout=60,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log()}"
-        result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop()
     assert result["anomalies"] == [], result

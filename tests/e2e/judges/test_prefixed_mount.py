@@ -8,7 +8,6 @@ unchanged; the root and the planes left out answer 404.
 """
 
 import json
-import subprocess
 import urllib.error
 import urllib.request
 
@@ -16,10 +15,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from rindle_app import tokens
-from tests.conftest import child_env
 from tests.support.processes import free_port
 
-from .test_published_clients import NODE_DIR, Server, node_or_skip
+from .test_published_clients import NODE_DIR, Server, node_or_skip, run_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,18 +50,14 @@ def test_the_daemon_client_drives_a_prefixed_mount(engine, tmp_path):
     server.start()
     try:
         base = f"http://127.0.0.1:{server.port}"
-        out = subprocess.run(
-            [node, "daemon.mjs", "--base", f"{base}/sync"]
+        result = run_node(
+            node,
+            ["daemon.mjs", "--base", f"{base}/sync"]
             + ["--ws", f"ws://127.0.0.1:{server.port}/sync/ws/rindle/", "--token", raw]
             + ["--skip", "migrate"],
-            cwd=NODE_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
+            server,
             timeout=90,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log()}"
-        result = json.loads(out.stdout.strip().splitlines()[-1])
         assert result["failures"] == [], "\n".join(result["failures"]) + server.log()
         assert result["checks"]["mid1"]["applied"] is True
         # Nothing at the root; the planes left out are nowhere.

@@ -84,6 +84,24 @@ def node_or_skip():
     pytest.skip(problem)
 
 
+def run_node(node, argv, server, *, timeout=60, log_tail=4000):
+    """
+    Run ``node argv...`` in tests/e2e/node against ``server``: its last line of stdout,
+    parsed as JSON (the scripts print their result there). A failing script fails the
+    test with its stderr and the tail of the server's log.
+    """
+    out = subprocess.run(
+        [node, *argv],
+        cwd=NODE_DIR,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, f"{out.stderr}\n{server.log(tail=log_tail)}"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 class Server:
     """Daphne serving the project on 127.0.0.1:``port``, against this test's database."""
 

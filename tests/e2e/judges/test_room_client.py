@@ -7,16 +7,14 @@ and the database ends with the last edit, its room lmids durable.
 """
 
 import json
-import subprocess
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tests.conftest import child_env
 from tests.support.processes import free_port
 
-from .test_published_clients import NODE_DIR, Server, node_or_skip, seed, session_cookie
+from .test_published_clients import Server, node_or_skip, run_node, seed, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EDITS = 20
@@ -32,18 +30,15 @@ def judge(tmp_path, *flags):
     server.start()
     try:
         port = server.port
-        out = subprocess.run(
-            [node, "room.mjs", "--api", f"http://127.0.0.1:{port}"]
+        result = run_node(
+            node,
+            ["room.mjs", "--api", f"http://127.0.0.1:{port}"]
             + ["--ws", f"ws://127.0.0.1:{port}/ws/rindle/", "--issue", "i1"]
             + ["--edits", str(EDITS), "--cookie", session_cookie(ada), *flags],
-            cwd=NODE_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
+            server,
             timeout=90,
+            log_tail=20000,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log(tail=20000)}"
-        result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop(sig=2)
     print("room judge:", json.dumps(result))

@@ -14,21 +14,19 @@ has an object; the comparison below would show it.
 """
 
 import json
-import subprocess
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from project.demo.models import Comment, Issue
 from rindle_app import tokens
-from tests.conftest import child_env
 from tests.support.processes import free_port
 
 from .test_published_clients import (
-    NODE_DIR,
     Server,
     expected_views,
     node_or_skip,
+    run_node,
     seed,
     shaped,
 )
@@ -57,18 +55,14 @@ def test_a_hydrated_first_paint_equals_the_live_view(engine, tmp_path):
     server.start()
     try:
         port = server.port
-        out = subprocess.run(
-            [node, "ssr.mjs", "--api", f"http://127.0.0.1:{port}"]
+        result = run_node(
+            node,
+            ["ssr.mjs", "--api", f"http://127.0.0.1:{port}"]
             + ["--ws", f"ws://127.0.0.1:{port}/ws/rindle/", "--token", raw, "--user", "ada"]
             + ["--queries", json.dumps(queries)],
-            cwd=NODE_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
+            server,
             timeout=60,
         )
-        assert out.returncode == 0, f"{out.stderr}\n{server.log()}"
-        result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop()
 
