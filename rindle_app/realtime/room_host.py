@@ -567,10 +567,10 @@ class RoomHost:
         its corrections and changed verdicts are in it (else they wait for the next
         ``_report``, so several rebases report once).
         """
+        self._open()  # a host closed meanwhile dropped its flight with its state
         if flight is None or flight is not self._flight:
             raise InvalidInput("this is not the host's flush in flight")
         since, self._flight, self._since = self._since, None, None
-        self._open()
         result = FlushResult(False, mutations=flight.count)
         exc = flight.error
         if exc is None:
