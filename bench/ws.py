@@ -488,8 +488,9 @@ class Writer:
     high-water read inside its transaction, before COMMIT.
     """
 
-    def __init__(self, db, seed, outbox):
+    def __init__(self, db, seed, outbox, notify=None):
         self.pg = db.backend == "postgresql"
+        self.notify = notify  # PostgreSQL: a channel each commit also notifies (a probe's)
         if self.pg:
             self.conn = db.connect()  # psycopg, autocommit off
         else:
@@ -572,6 +573,8 @@ class Writer:
         try:
             execute(sql.replace("?", "%s"), params)
             cv = execute(f"SELECT MAX(seq) FROM {self.outbox}").fetchone()[0]
+            if self.notify is not None:
+                execute("SELECT pg_notify(%s, '')", [self.notify])
             self.conn.commit()
         except BaseException:
             self.conn.rollback()

@@ -68,9 +68,9 @@ paths (a request's ``get_engine()``, a socket's ``quota.meter()``) take no lock.
 The threads the parts run are documented where they are: the writer
 (``engine/writer.py``), the hub (``realtime/hub.py``), the listener
 (``stream/notify.py``), the watermarker (``stream/watermark.py``: one thread with
-its own connection, woken by LISTEN on ``rindle_outbox``, stepping at most once
-per ``STREAM_REFRESH_SECONDS``), the flush tick (``flow/tick.py``), the
-retention timer (``stream/retention.py``) and the doorbell's source
+its own connection, stepping every ``STREAM_REFRESH_SECONDS`` while commits come
+and woken by LISTEN on ``rindle_outbox`` when it sleeps), the flush tick
+(``flow/tick.py``), the retention timer (``stream/retention.py``) and the doorbell's source
 (``stream/notify.py`` or ``stream/wake.py``).
 """
 

@@ -117,6 +117,11 @@ def _install_sqlite(cursor, table):
 NOTIFY_CHANNEL = "rindle_outbox"
 # The advisory lock key of the outbox fence (an arbitrary constant: "rindle" in ASCII).
 FENCE_KEY = 0x72696E646C65
+# The watermarker's "awake" key ("rwake" in ASCII): held (session level, exclusive) by
+# a leader that steps every refresh interval anyway, so capture sends no NOTIFY then.
+# A capturing transaction that takes its shared side (it is free: the leader sleeps)
+# notifies, and holds it until it ends. See stream.watermark, "The bell".
+WAKE_KEY = 0x7277616B65
 
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION _rindle_capture() RETURNS trigger LANGUAGE plpgsql
@@ -136,9 +141,15 @@ BEGIN
         0, pg_current_xact_id()::text::bigint, TG_TABLE_NAME,
         CASE TG_OP WHEN 'INSERT' THEN 'add' WHEN 'UPDATE' THEN 'edit' ELSE 'remove' END,
         key_image, old_image, new_image);
-    -- Wake listeners (stream.notify): the payload is the transaction id, so a
+    -- Wake the watermarker (stream.watermark), but only while it sleeps: while it
+    -- steps every refresh interval it holds WAKE_KEY, the try fails and nothing is
+    -- sent. Every NOTIFY signals every listening session of the database (Postgres
+    -- filters by channel in the receiver), so one per commit would cost each write
+    -- a wake-up of every app server. The payload is the transaction id: a
     -- transaction's rows make one notification, delivered at commit; never rows.
-    PERFORM pg_notify('{NOTIFY_CHANNEL}', pg_current_xact_id()::text);
+    IF pg_try_advisory_xact_lock_shared({WAKE_KEY}) THEN
+        PERFORM pg_notify('{NOTIFY_CHANNEL}', pg_current_xact_id()::text);
+    END IF;
     RETURN NULL;
 END $$
 """
