@@ -53,6 +53,7 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_wake())
     errors.extend(_check_watermarker())
     errors.extend(_check_stream_waiters())
+    errors.extend(_check_daemon_pins())
     errors.extend(_check_room_profiles())
     errors.extend(_check_room_pending(user.get("ROOM_MAX_PENDING", DEFAULTS["ROOM_MAX_PENDING"])))
     errors.extend(_check_mutator_permissions(user.get("MUTATOR_PERMISSION_CLASSES", [])))
@@ -133,6 +134,24 @@ def _check_room_pending(value):
             hint="It bounds the mutations a room host holds unflushed (1000 by default); at "
             "the cap the host flushes first and refuses with room_busy if it cannot.",
             id="rindle.E037",
+        )
+    ]
+
+
+def _check_daemon_pins():
+    from .conf import rindle_settings
+    from .daemon import settings_problem
+
+    problem = settings_problem(rindle_settings)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"RINDLE['DAEMON_MAX_PINS'] is refused: {problem}.",
+            hint="It bounds the pinned materializations (POST /materialize with policy "
+            "{kind: pinned}) one process keeps warm (64 by default); past it a new pin is "
+            "409 too_many_pins.",
+            id="rindle.E040",
         )
     ]
 

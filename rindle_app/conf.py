@@ -29,6 +29,10 @@ DEFAULTS = {
     # Seconds a lease token minted by POST /api/rindle/query stays valid (it is
     # checked when a websocket subscribes with it).
     "LEASE_TTL": 300,
+    # Most pinned materializations (the daemon plane's POST /materialize with
+    # policy {kind: "pinned"}) one process keeps warm without subscribers; past it a
+    # new pin is 409 too_many_pins (re-asserting a pin it holds is always accepted).
+    "DAEMON_MAX_PINS": 64,
     # Most envelopes POST /api/rindle/mutate accepts in one request (the clients'
     # mutation queue sends at most 32 by default).
     "MAX_MUTATIONS_PER_REQUEST": 32,

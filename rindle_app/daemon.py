@@ -20,6 +20,15 @@ of its own, the way a browser of an ``@rindle/api-server`` app connects.
 for ``/dematerialize`` and ``/stats``. It is memory only, like the original
 daemon's ("rindled keeps no durable materializations"): the boot id changes with
 the process, and the api-server re-asserts its pins when it does.
+
+Policies. A ``whileSubscribed`` materialization (the default) is a record that
+expires with its lease: its query lives while a socket subscribes it. A ``pinned``
+one is kept warm: the hub keeps its shared query registered and maintained with no
+subscriber (``Hub.pin``), so the next subscriber's seq 0 is the view as it stands,
+not a rebuild. A pin is viewer-independent and idempotent (a re-assert of one name
+keeps its id and answers ``reused``), lives until ``/dematerialize`` removes it or
+the process ends, and is bounded: at most ``DAEMON_MAX_PINS`` per process, past
+which a new one is ``too_many_pins``.
 """
 
 import hashlib
@@ -34,6 +43,14 @@ from .exceptions import INVALID_ARGS, UNAUTHORIZED, QueryRefused
 
 AST_QUERY_NAME = "_rindle/ast"
 SALT = "rindle.ast"
+
+
+def settings_problem(settings):
+    """What is wrong with DAEMON_MAX_PINS (of a ``rindle_settings``), or None."""
+    value = settings.DAEMON_MAX_PINS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"DAEMON_MAX_PINS must be a positive integer, not {value!r}"
+    return None
 
 
 def _digest(ast):
@@ -72,30 +89,53 @@ class Materializations:
         self._lock = threading.Lock()
         self._entries = {}
 
-    def add(self, query_key, name=None):
-        """``(materializationId, reused)``: a pinned name keeps one id per name."""
-        mid = f"pin:{name}" if name else f"mat:{query_key}"
-        expires = time.monotonic() + int(rindle_settings.LEASE_TTL)
+    def add(self, query_key, name=None, *, pinned=False):
+        """
+        ``(materializationId, reused)``. A pin keeps one id per name (or per query
+        when unnamed) and never expires; any other entry expires with its lease.
+        """
+        if pinned:
+            mid = f"pin:{name}" if name else f"pin:{query_key}"
+            expires = float("inf")
+        else:
+            mid = f"mat:{query_key}"
+            expires = time.monotonic() + int(rindle_settings.LEASE_TTL)
         with self._lock:
             self._expire()
             reused = mid in self._entries
             self._entries[mid] = (query_key, name, expires)
         return mid, reused
 
+    def get(self, materialization_id):
+        """``(queryKey, name, expires)`` of an entry, or None."""
+        with self._lock:
+            self._expire()
+            return self._entries.get(materialization_id)
+
     def remove(self, materialization_id=None, query_key=None, name=None):
-        """Whether any entry matched (and was removed)."""
+        """
+        The query keys of the pins removed, and whether any entry matched (and was
+        removed): ``(pins, removed)``. A key still pinned by another entry is not
+        among them.
+        """
         with self._lock:
             self._expire()
             gone = [
                 mid
-                for mid, (key, pinned, _exp) in self._entries.items()
+                for mid, (key, pin_name, _exp) in self._entries.items()
                 if mid == materialization_id
                 or (query_key is not None and key == query_key)
-                or (name is not None and pinned == name)
+                or (name is not None and pin_name == name)
             ]
-            for mid in gone:
-                del self._entries[mid]
-        return bool(gone)
+            removed = {mid: self._entries.pop(mid) for mid in gone}
+            keys = {key for mid, (key, _n, _e) in removed.items() if mid.startswith("pin:")}
+            kept = {key for mid, (key, _n, _e) in self._entries.items() if mid.startswith("pin:")}
+        return sorted(keys - kept), bool(gone)
+
+    def pinned(self):
+        """The query keys some pin holds."""
+        with self._lock:
+            return {key for mid, (key, _n, _e) in self._entries.items() if mid.startswith("pin:")}
 
     def __len__(self):
         with self._lock:
@@ -108,9 +148,8 @@ class Materializations:
             del self._entries[mid]
 
 
-_materializations = Materializations()
-
-
 def materializations():
-    """The process's ``Materializations``."""
-    return _materializations
+    """The ``Materializations`` of the default runtime (``RINDLE["DATABASE"]``)."""
+    from .runtime import get_runtime
+
+    return get_runtime(None).materializations

@@ -275,6 +275,11 @@ SQL_TRANSACTION_BUSY = _code(
 DAEMON_SESSION_GONE = _http(
     "session_gone", 410, "The mutation session is finished or expired: retry the envelope."
 )
+TOO_MANY_PINS = _http(
+    "too_many_pins",
+    409,
+    "The process keeps DAEMON_MAX_PINS pinned materializations; dematerialize one first.",
+)
 SQL_SANDBOX_MISSING = _code("SANDBOX_MISSING", 503, "The SQL sandbox is not usable.", **_SQL)
 
 
@@ -387,6 +392,12 @@ class SessionGone(RindleError):
     """A daemon mutation session is finished or expired (410); nothing more of it applies."""
 
     code = DAEMON_SESSION_GONE
+
+
+class TooManyPins(RindleError):
+    """A new pin past ``DAEMON_MAX_PINS`` (409); nothing was pinned."""
+
+    code = TOO_MANY_PINS
 
 
 class ClientIdTaken(RindleError):

@@ -82,6 +82,8 @@ import threading
 
 from django.db import connections
 
+from .daemon import Materializations
+
 __all__ = ["Runtime", "get_runtime", "running", "runtimes", "shutdown"]
 
 logger = logging.getLogger("rindle")
@@ -118,6 +120,9 @@ class Runtime:
         # fingerprint of the tables its grants were made for.
         self.sandbox_grants = {}
         self.sandbox_grants_lock = threading.Lock()
+        # What the daemon plane's /materialize handed out (rindle_app.daemon): its
+        # pins are kept warm by this runtime's hub, so the record lives and ends with it.
+        self.materializations = Materializations()
         self._retention_lock = threading.Lock()
         self._retention_timer = None
         self._retention_decided = False

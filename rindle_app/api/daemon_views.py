@@ -34,6 +34,7 @@ from ..engine.public_sql.attributed import (
 )
 from ..exceptions import INVALID_REQUEST, SessionGone
 from ..ivm.ast import QueryError, parse, query_key
+from ..realtime.hub import get_hub
 from .ingest_views import StrictBodyView
 from .migrate_views import MigrationSerializer, _parse
 from .serializers import ErrorResponse, StrictCharField, StrictIntegerField
@@ -257,11 +258,13 @@ class MaterializeView(DaemonView):
         description=(
             "The AST is validated against the schema (a refusal is 400 with its code and "
             "`path`). The lease subscribes `_rindle/ast` on /ws/rindle/ from a socket "
-            "without credentials. `policy.pinned` is recorded (its `name` keeps one id) "
-            "but not kept warm: a shared query lives while subscribed."
+            "without credentials. `policy: {kind: pinned, name?}` keeps the query warm in "
+            "this process with no subscriber until /dematerialize (a re-assert of one name "
+            "keeps its id); past DAEMON_MAX_PINS a new pin is 409 `too_many_pins`. Any other "
+            "materialization lives while subscribed."
         ),
         request=MaterializeRequest,
-        responses={200: MaterializeResponse, **_errors(400, 401, 403)},
+        responses={200: MaterializeResponse, **_errors(400, 401, 403, 409)},
     )
     def post(self, request):
         data = self.validated(MaterializeRequest)
@@ -269,8 +272,12 @@ class MaterializeView(DaemonView):
         query = parsed_ast(engine, data["ast"])
         key = query_key(query)
         policy = data.get("policy") or {}
-        name = policy.get("name") if policy.get("kind") == "pinned" else None
-        materialization_id, reused = daemon.materializations().add(key, name)
+        records = daemon.materializations()
+        if policy.get("kind") == "pinned":
+            name = policy.get("name")
+            materialization_id, reused = self._pin(engine, records, key, name, data["ast"])
+        else:
+            materialization_id, reused = records.add(key)
         token, _info = leases.mint(daemon.AST_QUERY_NAME, daemon.grant(data["ast"]), None)
         return Response(
             {
@@ -281,6 +288,20 @@ class MaterializeView(DaemonView):
             }
         )
 
+    @staticmethod
+    def _pin(engine, records, key, name, ast):
+        """
+        Keep ``ast`` warm in the hub, then record the pin; a name re-asserted with
+        another AST lets go of the query it pinned before.
+        """
+        hub = get_hub(engine)
+        before = records.get(f"pin:{name}") if name else None
+        hub.pin(key, ast)  # refused (too_many_pins, a footprint cap): nothing recorded
+        materialization_id, reused = records.add(key, name, pinned=True)
+        if before is not None and before[0] != key and before[0] not in records.pinned():
+            hub.unpin(before[0])
+        return materialization_id, reused
+
 
 class DematerializeView(DaemonView):
     """``POST /dematerialize``: forget a materialization by id, query key or pin name."""
@@ -289,7 +310,8 @@ class DematerializeView(DaemonView):
         operation_id="rindle_daemon_dematerialize",
         summary="Forget a materialization",
         description=(
-            "Removes this process's record of it (`removed: false` if none matched). "
+            "Removes this process's record of it (`removed: false` if none matched); a "
+            "pinned query is no longer kept warm, and goes once nobody subscribes it. "
             "Leases already handed out stay valid until they expire."
         ),
         request=DematerializeRequest,
@@ -299,9 +321,13 @@ class DematerializeView(DaemonView):
         data = self.validated(DematerializeRequest)
         if not data:
             raise InvalidInput("send materializationId, queryKey or name", code=INVALID_REQUEST)
-        removed = daemon.materializations().remove(
+        unpinned, removed = daemon.materializations().remove(
             data.get("materializationId"), data.get("queryKey"), data.get("name")
         )
+        if unpinned:
+            hub = get_hub(get_engine())
+            for key in unpinned:
+                hub.unpin(key)
         return Response({"removed": removed})
 
 
@@ -366,10 +392,11 @@ class StatsView(DaemonView):
         hub = getattr(get_runtime(None), "_hub", None)
         conns = list(hub.conns.values()) if hub is not None else []
         subs = [sub for conn in conns for sub in list(conn.subs.values())]
+        pinned = hub.pinned if hub is not None else set()
         return Response(
             {
                 "subscriptions": len(subs),
-                "materializations": len({sub.key for sub in subs}),
+                "materializations": len({sub.key for sub in subs} | pinned),
                 "leases": len(daemon.materializations()),
                 "connections": len(conns),
             }

@@ -45,6 +45,11 @@ the connection's ``_rindle/clientLmid`` query). A connection with more than
 dropped and each is told ``shed`` (retryable), so it re-subscribes later; nobody
 else waits for it.
 
+Pins: a pinned materialization of the daemon plane (``pin``, ``rindle_app.daemon``)
+keeps its shared query registered and maintained with no subscriber, so the last
+subscriber leaving does not tear it down; a schema change or a resnapshot rebuilds
+it, and a fault unpins it.
+
 Threading model. The hub's state (the catalog, ``conns``, every ``Conn`` field the
 hub writes, the encodings, the outgoing hand-overs) is touched only under
 ``Hub.lock``, by whichever thread holds it: the hub thread (``_run``: woken by a
@@ -87,6 +92,7 @@ from ..exceptions import (
     SCHEMA_CHANGED,
     SHED,
     ResnapshotRequired,
+    TooManyPins,
 )
 from ..ivm.ast import QueryError
 from ..ivm.live import LiveQueries
@@ -196,6 +202,7 @@ class Hub:
         self._watcher = None  # stream.wake.CommitWatcher (SQLite), armed while subscribed
         self.max_queued = int(rindle_settings.WS_MAX_QUEUED_MESSAGES)
         self._outgoing = {}  # event loop -> [(conn, frames)] not yet handed over
+        self._pins = {}  # query key -> AST: kept registered without subscribers (``pin``)
         self.poll_interval = float(rindle_settings.POLL_INTERVAL)
         self._step_inline = engine.vendor == "sqlite"
 
@@ -358,11 +365,12 @@ class Hub:
                         del conn.subs[qid]
                         self._drop(sub)
                 self._deliver(conn, frames)
-            for key in affected:  # a query nobody subscribes to (an SSR one) goes too
+            for key in affected:  # a query nobody subscribes to (a pinned one) goes too
                 self.catalog.destroy(key)
                 self._encoded.pop(key, None)
             self._dispatch()
             self.live.reload_table(table)
+            self._repin(affected)  # built again on the new definition
 
     def _run(self):
         try:
@@ -545,6 +553,70 @@ class Hub:
                     self._deliver(conn, frames)
                 self._dispatch()
 
+    # --- pins ----------------------------------------------------------------------
+
+    def pin(self, key, ast):
+        """
+        Keep the shared query of ``ast`` (whose key is ``key``) registered and
+        maintained with no subscriber: a pinned materialization of the daemon plane
+        (``rindle_app.daemon``), so a later subscriber's seq 0 is the view as it
+        stands. Idempotent. ``TooManyPins`` when ``key`` is new and the hub already
+        keeps DAEMON_MAX_PINS; the view is refused (``LimitExceeded``) past
+        ``WS_MAX_FOOTPRINT_ROWS`` as a subscription's is. Nothing changes on a refusal.
+        """
+        limit = int(rindle_settings.DAEMON_MAX_PINS)
+        with self.lock:
+            if key not in self._pins and len(self._pins) >= limit:
+                raise TooManyPins(
+                    f"this process keeps {limit} pinned materializations (DAEMON_MAX_PINS); "
+                    "dematerialize one first"
+                )
+            self._watch()
+            budget = limits.footprint_cap()
+            try:
+                shared = self.catalog.register(ast, budget)
+            except ResnapshotRequired as exc:  # its partitions are below the horizon
+                self._resnapshot(exc)
+                shared = self.catalog.register(ast, budget)
+            self._pins[shared.key] = ast
+            return shared.key
+
+    def unpin(self, key):
+        """Stop keeping ``key`` warm; its query goes unless subscribed. True if it was pinned."""
+        with self.lock:
+            if self._pins.pop(key, None) is None:
+                return False
+            shared = self.catalog.queries.get(key)
+            if shared is not None and not shared.subscribers:
+                self.catalog.destroy(key)
+                self._encoded.pop(key, None)
+            return True
+
+    @property
+    def pinned(self):
+        """The keys of the pinned queries (a copy; read without the lock)."""
+        return set(self._pins)
+
+    def _repin(self, keys):
+        """
+        Under the lock, after their queries were destroyed (a schema change, a
+        resnapshot): register the pinned queries among ``keys`` again. A pin whose
+        AST no longer builds is dropped, and logged.
+        """
+        budget = limits.footprint_cap()
+        for key in keys:
+            ast = self._pins.get(key)
+            if ast is None or key in self.catalog.queries:
+                continue
+            try:
+                shared = self.catalog.register(ast, budget)
+            except Exception:
+                del self._pins[key]
+                logger.warning("rindle hub: pinned query %s cannot be rebuilt; unpinned", key)
+                continue
+            if shared.key != key:
+                self._pins[shared.key] = self._pins.pop(key)
+
     # --- commits -------------------------------------------------------------------
 
     def step(self):
@@ -565,6 +637,8 @@ class Hub:
                 self._fan_out(shared, ops, version, per_conn)
             for fault in faults:
                 self._encoded.pop(fault.key, None)
+                if self._pins.pop(fault.key, None) is not None:
+                    logger.warning("rindle hub: pinned query %s faulted; unpinned", fault.key)
                 for sub in fault.subscribers:
                     conn = sub.conn
                     if conn.subs.get(sub.query_id) is sub:
@@ -599,6 +673,7 @@ class Hub:
             self._deliver(conn, frames)
         self._encoded.clear()
         self.live.rehydrate(exc.reason)
+        self._repin(list(self._pins))
         self._dispatch()
 
     def _fan_out(self, shared, ops, version, per_conn):
@@ -668,7 +743,7 @@ class Hub:
     def _drop(self, sub):
         self.catalog.detach(sub)
         shared = self.catalog.queries.get(sub.key)
-        if shared is not None and not shared.subscribers:
+        if shared is not None and not shared.subscribers and sub.key not in self._pins:
             self.catalog.destroy(sub.key)
             self._encoded.pop(sub.key, None)
 

@@ -100,6 +100,15 @@ def test_the_published_daemon_client_drives_every_route(engine, tmp_path):
         ("reads", "/dematerialize"),
     ]
 
+    # A pin: kept warm with no subscriber (counted by /stats) until /dematerialize.
+    assert c["pin"] == {"materializationId": "pin:judge-pin", "reused": False}
+    assert c["pinAgain"]["materializationId"] == "pin:judge-pin"
+    assert c["pinAgain"]["reused"] is True
+    assert c["statsPinned"]["materializations"] == 1
+    assert c["statsPinned"]["subscriptions"] == 0
+    assert c["unpin"] == {"removed": True}
+    assert c["statsUnpinned"]["materializations"] == 0
+
     # The websocket by a /materialize lease: it hydrates and follows a write; a bogus lease.
     assert c["lease"]["leaseToken"] == "string" and c["lease"]["materializationId"]
     assert c["hello"] == "nhello"

@@ -148,6 +148,18 @@ await step("split", async () => {
   check("routed", routed);
 });
 
+await step("pins", async () => {
+  const headers = { ...auth, "content-type": "application/json" };
+  const stats = async () => (await fetch(route("stats"), { method: "POST", headers, body: "{}" })).json();
+  const policy = { kind: "pinned", name: "judge-pin" };
+  const pin = await master.materialize({ ast: USERS_AST, policy });
+  check("pin", { materializationId: pin.materializationId, reused: pin.reused });
+  check("pinAgain", await master.materialize({ ast: USERS_AST, policy }));
+  check("statsPinned", await stats());
+  check("unpin", await master.dematerialize({ name: "judge-pin" }));
+  check("statsUnpinned", await stats());
+});
+
 function socket() {
   const ws = new WebSocket(opts.ws, { headers: { Origin: new URL(opts.base).origin } });
   const frames = [];
