@@ -20,10 +20,13 @@ routes, not the transports. The workloads:
   (``channels.testing``, in process) subscribing its lease, timed to the first
   ``progress`` frame (hydrated);
 - ``lease_frame``: ``POST /api/rindle/query`` of a named query over the same AST
-  and the same subscribe, timed the same way.
+  and the same subscribe, timed the same way;
+- ``pinned_frame``: the same as ``materialize_frame`` with ``policy: {kind:
+  "pinned"}`` (a re-assert of one pin each time): the view is kept warm between the
+  sockets, where the others' last subscriber leaving tears it down.
 
 Printed: mutations/s of the two write paths and their ratio; median and p90 ms to
-the first frame of the two lease paths and their ratio.
+the first frame of the three lease paths and their ratios.
 """
 
 import argparse
@@ -157,6 +160,10 @@ class Bench:
     def materialize_lease(self):
         return self.post(self.daemon, "/materialize", {"ast": AST})["leaseToken"]
 
+    def pinned_lease(self):
+        body = {"ast": AST, "policy": {"kind": "pinned", "name": "bench"}}
+        return self.post(self.daemon, "/materialize", body)["leaseToken"]
+
     def query_lease(self):
         return self.post(self.app, "/api/rindle/query", {"name": "benchDaemonUsers"})["leaseToken"]
 
@@ -170,6 +177,8 @@ class Bench:
             return self.frames(self.materialize_lease, n)
         if key == "lease_frame":
             return self.frames(self.query_lease, n, bearer=self.app_token)
+        if key == "pinned_frame":
+            return self.frames(self.pinned_lease, n)
         raise BenchError(f"unknown workload {key}")
 
 
@@ -177,7 +186,8 @@ def main(argv=None):
     args = parse_args(argv)
     with django_database(args.database_url, quiet=True) as db:
         bench = Bench()
-        writes, frames = ["sql_txn", "mutate"], ["materialize_frame", "lease_frame"]
+        writes = ["sql_txn", "mutate"]
+        frames = ["materialize_frame", "lease_frame", "pinned_frame"]
         for key in writes:  # warm-up
             bench.run(key, min(50, args.mutations))
         for key in frames:
@@ -208,6 +218,8 @@ def main(argv=None):
             print(f"  {key:<18} {r['median_ms']:>8.2f} ms median {r['p90_ms']:>8.2f} ms p90")
         ratio = results["materialize_frame"]["median_ms"] / results["lease_frame"]["median_ms"]
         print(f"  /materialize / /api/rindle/query to the first frame = {ratio:.2f}")
+        ratio = results["pinned_frame"]["median_ms"] / results["materialize_frame"]["median_ms"]
+        print(f"  pinned / unpinned /materialize to the first frame = {ratio:.2f}")
         write_results(
             args.json,
             f"daemon-{db.backend}.json",

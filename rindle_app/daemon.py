@@ -88,6 +88,10 @@ class Materializations:
     def __init__(self):
         self._lock = threading.Lock()
         self._entries = {}
+        # Held by the daemon views across a pin's or an unpin's two steps (the hub's
+        # pins, then this record), so concurrent requests cannot leave a pin the
+        # record does not hold, which nothing could let go of.
+        self.changing = threading.Lock()
 
     def add(self, query_key, name=None, *, pinned=False):
         """

@@ -295,11 +295,12 @@ class MaterializeView(DaemonView):
         another AST lets go of the query it pinned before.
         """
         hub = get_hub(engine)
-        before = records.get(f"pin:{name}") if name else None
-        hub.pin(key, ast)  # refused (too_many_pins, a footprint cap): nothing recorded
-        materialization_id, reused = records.add(key, name, pinned=True)
-        if before is not None and before[0] != key and before[0] not in records.pinned():
-            hub.unpin(before[0])
+        with records.changing:
+            before = records.get(f"pin:{name}") if name else None
+            hub.pin(key, ast)  # refused (too_many_pins, a footprint cap): nothing recorded
+            materialization_id, reused = records.add(key, name, pinned=True)
+            if before is not None and before[0] != key and before[0] not in records.pinned():
+                hub.unpin(before[0])
         return materialization_id, reused
 
 
@@ -321,13 +322,15 @@ class DematerializeView(DaemonView):
         data = self.validated(DematerializeRequest)
         if not data:
             raise InvalidInput("send materializationId, queryKey or name", code=INVALID_REQUEST)
-        unpinned, removed = daemon.materializations().remove(
-            data.get("materializationId"), data.get("queryKey"), data.get("name")
-        )
-        if unpinned:
-            hub = get_hub(get_engine())
-            for key in unpinned:
-                hub.unpin(key)
+        records = daemon.materializations()
+        with records.changing:
+            unpinned, removed = records.remove(
+                data.get("materializationId"), data.get("queryKey"), data.get("name")
+            )
+            if unpinned:
+                hub = get_hub(get_engine())
+                for key in unpinned:
+                    hub.unpin(key)
         return Response({"removed": removed})
 
 
