@@ -35,6 +35,7 @@ import hashlib
 import json
 import threading
 import time
+from dataclasses import dataclass
 
 from django.core import signing
 
@@ -78,11 +79,24 @@ def resolve_ast(args):
     return args["ast"]
 
 
+@dataclass(frozen=True)
+class Materialization:
+    """One record: its query, its pin name, when it expires, its idle linger (seconds)."""
+
+    key: str
+    name: str | None
+    expires: float
+    idle: float = 0.0
+
+    @property
+    def pinned(self):
+        return self.expires == float("inf")
+
+
 class Materializations:
     """
     What ``/materialize`` handed out in this process: ``materializationId`` ->
-    ``(queryKey, name, expires_at)``. Thread-safe; expired entries are dropped as
-    they are looked at.
+    ``Materialization``. Thread-safe; expired entries are dropped as they are looked at.
     """
 
     def __init__(self):
@@ -93,25 +107,30 @@ class Materializations:
         # record does not hold, which nothing could let go of.
         self.changing = threading.Lock()
 
-    def add(self, query_key, name=None, *, pinned=False):
+    def add(self, query_key, name=None, *, pinned=False, idle=0.0):
         """
         ``(materializationId, reused)``. A pin keeps one id per name (or per query
-        when unnamed) and never expires; any other entry expires with its lease.
+        when unnamed) and never expires; any other entry expires with its lease, and
+        asks its query to linger ``idle`` seconds after its last subscriber left.
         """
         if pinned:
             mid = f"pin:{name}" if name else f"pin:{query_key}"
-            expires = float("inf")
+            entry = Materialization(query_key, name, float("inf"))
         else:
             mid = f"mat:{query_key}"
             expires = time.monotonic() + int(rindle_settings.LEASE_TTL)
+            with self._lock:
+                old = self._entries.get(mid)
+            idle = max(idle, old.idle) if old is not None and not old.pinned else idle
+            entry = Materialization(query_key, None, expires, idle)
         with self._lock:
             self._expire()
             reused = mid in self._entries
-            self._entries[mid] = (query_key, name, expires)
+            self._entries[mid] = entry
         return mid, reused
 
     def get(self, materialization_id):
-        """``(queryKey, name, expires)`` of an entry, or None."""
+        """The ``Materialization`` of an id, or None."""
         with self._lock:
             self._expire()
             return self._entries.get(materialization_id)
@@ -126,20 +145,32 @@ class Materializations:
             self._expire()
             gone = [
                 mid
-                for mid, (key, pin_name, _exp) in self._entries.items()
+                for mid, entry in self._entries.items()
                 if mid == materialization_id
-                or (query_key is not None and key == query_key)
-                or (name is not None and pin_name == name)
+                or (query_key is not None and entry.key == query_key)
+                or (name is not None and entry.name == name)
             ]
-            removed = {mid: self._entries.pop(mid) for mid in gone}
-            keys = {key for mid, (key, _n, _e) in removed.items() if mid.startswith("pin:")}
-            kept = {key for mid, (key, _n, _e) in self._entries.items() if mid.startswith("pin:")}
-        return sorted(keys - kept), bool(gone)
+            removed = [self._entries.pop(mid) for mid in gone]
+            keys = {entry.key for entry in removed if entry.pinned}
+        return sorted(keys - self.pinned()), bool(gone)
 
     def pinned(self):
         """The query keys some pin holds."""
         with self._lock:
-            return {key for mid, (key, _n, _e) in self._entries.items() if mid.startswith("pin:")}
+            return {entry.key for entry in self._entries.values() if entry.pinned}
+
+    def idle_ttl(self, query_key):
+        """
+        Seconds the query of ``query_key`` lingers after its last subscriber left:
+        the longest ``idleTtlMs`` of its unexpired ``whileSubscribed`` records, 0 when
+        none asked (the hub calls it, under its lock).
+        """
+        with self._lock:
+            self._expire()
+            return max(
+                (e.idle for e in self._entries.values() if e.key == query_key and not e.pinned),
+                default=0.0,
+            )
 
     def __len__(self):
         with self._lock:
@@ -148,7 +179,7 @@ class Materializations:
 
     def _expire(self):
         now = time.monotonic()
-        for mid in [m for m, entry in self._entries.items() if entry[2] <= now]:
+        for mid in [m for m, entry in self._entries.items() if entry.expires <= now]:
             del self._entries[mid]
 
 

@@ -198,6 +198,7 @@ class Runtime:
 
                     placement()  # a bad STREAM_WATERMARKER refuses the start (rindle.E033)
                     hub = self._hub = Hub(engine)
+                    hub.linger_of = self.materializations.idle_ttl
                     self._start_watermarker()
         hub = hub.start()
         if not self._retention_decided:

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 import rindle_app
 
 from .. import daemon, leases
+from ..conf import rindle_settings
 from ..engine import InvalidInput, RindleError, Unavailable, get_engine, journal
 from ..engine.errors import MutationGap
 from ..engine.mutations import reject, validate_envelope
@@ -59,7 +60,9 @@ class StatementSerializer(serializers.Serializer):
 class MaterializeRequest(serializers.Serializer):
     ast = serializers.JSONField(help_text="A query AST, validated against the schema.")
     mode = serializers.ChoiceField(["flat", "normalized"], required=False)
-    policy = serializers.DictField(required=False, help_text="{kind: pinned|whileSubscribed}")
+    policy = serializers.DictField(
+        required=False, help_text="{kind: pinned, name?} or {kind: whileSubscribed, idleTtlMs?}"
+    )
     subject = StrictCharField(required=False, max_length=255, trim_whitespace=False)
     leaseTtlMs = StrictIntegerField(required=False, min_value=1)
     maxSubscribers = StrictIntegerField(required=False, min_value=1)
@@ -72,6 +75,14 @@ class MaterializeRequest(serializers.Serializer):
         name = policy.get("name")
         if name is not None and (not isinstance(name, str) or not name or len(name) > 255):
             raise serializers.ValidationError("name must be a non-empty string")
+        idle = policy.get("idleTtlMs")
+        most = int(rindle_settings.LEASE_TTL) * 1000
+        if idle is not None and (
+            isinstance(idle, bool) or not isinstance(idle, int) or not 0 <= idle <= most
+        ):
+            raise serializers.ValidationError(
+                f"idleTtlMs must be an integer from 0 to {most} (LEASE_TTL)"
+            )
         return policy
 
 
@@ -277,7 +288,8 @@ class MaterializeView(DaemonView):
             name = policy.get("name")
             materialization_id, reused = self._pin(engine, records, key, name, data["ast"])
         else:
-            materialization_id, reused = records.add(key)
+            idle = (policy.get("idleTtlMs") or 0) / 1000
+            materialization_id, reused = records.add(key, idle=idle)
         token, _info = leases.mint(daemon.AST_QUERY_NAME, daemon.grant(data["ast"]), None)
         return Response(
             {
@@ -299,8 +311,8 @@ class MaterializeView(DaemonView):
             before = records.get(f"pin:{name}") if name else None
             hub.pin(key, ast)  # refused (too_many_pins, a footprint cap): nothing recorded
             materialization_id, reused = records.add(key, name, pinned=True)
-            if before is not None and before[0] != key and before[0] not in records.pinned():
-                hub.unpin(before[0])
+            if before is not None and before.key != key and before.key not in records.pinned():
+                hub.unpin(before.key)
         return materialization_id, reused
 
 
@@ -395,11 +407,10 @@ class StatsView(DaemonView):
         hub = getattr(get_runtime(None), "_hub", None)
         conns = list(hub.conns.values()) if hub is not None else []
         subs = [sub for conn in conns for sub in list(conn.subs.values())]
-        pinned = hub.pinned if hub is not None else set()
         return Response(
             {
                 "subscriptions": len(subs),
-                "materializations": len({sub.key for sub in subs} | pinned),
+                "materializations": hub.materialized if hub is not None else 0,
                 "leases": len(daemon.materializations()),
                 "connections": len(conns),
             }

@@ -48,7 +48,9 @@ else waits for it.
 Pins: a pinned materialization of the daemon plane (``pin``, ``rindle_app.daemon``)
 keeps its shared query registered and maintained with no subscriber, so the last
 subscriber leaving does not tear it down; a schema change or a resnapshot rebuilds
-it, and a fault unpins it.
+it, and a fault unpins it. A ``whileSubscribed`` one with an ``idleTtlMs`` lingers:
+its query stays that long after its last subscriber left (``linger_of``), at most
+DAEMON_MAX_PINS of them at once, and the hub thread tears it down once it is due.
 
 Threading model. The hub's state (the catalog, ``conns``, every ``Conn`` field the
 hub writes, the encodings, the outgoing hand-overs) is touched only under
@@ -203,6 +205,10 @@ class Hub:
         self.max_queued = int(rindle_settings.WS_MAX_QUEUED_MESSAGES)
         self._outgoing = {}  # event loop -> [(conn, frames)] not yet handed over
         self._pins = {}  # query key -> AST: kept registered without subscribers (``pin``)
+        self._lingering = {}  # query key -> monotonic deadline: no subscriber, kept until then
+        # Seconds a query lingers after its last subscriber left (a callable of its key;
+        # the runtime gives the daemon plane's records), or None: never.
+        self.linger_of = None
         self.poll_interval = float(rindle_settings.POLL_INTERVAL)
         self._step_inline = engine.vendor == "sqlite"
 
@@ -366,8 +372,7 @@ class Hub:
                         self._drop(sub)
                 self._deliver(conn, frames)
             for key in affected:  # a query nobody subscribes to (a pinned one) goes too
-                self.catalog.destroy(key)
-                self._encoded.pop(key, None)
+                self._forget(key)
             self._dispatch()
             self.live.reload_table(table)
             self._repin(affected)  # built again on the new definition
@@ -384,6 +389,7 @@ class Hub:
                         self._catch_up()
                     else:
                         self.step()
+                    self._expire_lingering()
                     self._unwatch_if_idle()
                 except Exception:  # keep serving; the next step retries from the same version
                     logger.exception("rindle hub: step failed")
@@ -478,6 +484,7 @@ class Hub:
             except ResnapshotRequired as exc:  # its partitions are below the horizon
                 self._resnapshot(exc)
                 shared = self.catalog.register(ast, budget)
+            self._lingering.pop(shared.key, None)  # subscribed again
             encoded = self._encoding(shared)
             sub = Sub(conn, query_id, epoch, mode, shared.key)
             ops = self.catalog.attach(shared.key, sub)
@@ -579,6 +586,7 @@ class Hub:
                 self._resnapshot(exc)
                 shared = self.catalog.register(ast, budget)
             self._pins[shared.key] = ast
+            self._lingering.pop(shared.key, None)
             return shared.key
 
     def unpin(self, key):
@@ -588,14 +596,19 @@ class Hub:
                 return False
             shared = self.catalog.queries.get(key)
             if shared is not None and not shared.subscribers:
-                self.catalog.destroy(key)
-                self._encoded.pop(key, None)
+                self._forget(key)
             return True
 
     @property
     def pinned(self):
         """The keys of the pinned queries (a copy; read without the lock)."""
         return set(self._pins)
+
+    @property
+    def materialized(self):
+        """How many shared queries are kept (subscribed, pinned or lingering); no lock."""
+        live = self.live
+        return len(live.catalog.queries) if live is not None else 0
 
     def _repin(self, keys):
         """
@@ -637,6 +650,7 @@ class Hub:
                 self._fan_out(shared, ops, version, per_conn)
             for fault in faults:
                 self._encoded.pop(fault.key, None)
+                self._lingering.pop(fault.key, None)
                 if self._pins.pop(fault.key, None) is not None:
                     logger.warning("rindle hub: pinned query %s faulted; unpinned", fault.key)
                 for sub in fault.subscribers:
@@ -672,6 +686,7 @@ class Hub:
             conn.subs.clear()
             self._deliver(conn, frames)
         self._encoded.clear()
+        self._lingering.clear()  # gone with the old catalog
         self.live.rehydrate(exc.reason)
         self._repin(list(self._pins))
         self._dispatch()
@@ -744,8 +759,35 @@ class Hub:
         self.catalog.detach(sub)
         shared = self.catalog.queries.get(sub.key)
         if shared is not None and not shared.subscribers and sub.key not in self._pins:
-            self.catalog.destroy(sub.key)
-            self._encoded.pop(sub.key, None)
+            if not self._linger(sub.key):
+                self._forget(sub.key)
+
+    def _forget(self, key):
+        self.catalog.destroy(key)
+        self._encoded.pop(key, None)
+        self._lingering.pop(key, None)
+
+    def _linger(self, key):
+        """Keep the query of ``key`` (just left by its last subscriber) for its idle TTL."""
+        seconds = self.linger_of(key) if self.linger_of is not None else 0
+        if not seconds > 0 or len(self._lingering) >= int(rindle_settings.DAEMON_MAX_PINS):
+            return False
+        self._lingering[key] = time.monotonic() + seconds
+        return True
+
+    def _expire_lingering(self):
+        """Tear down the lingering queries that are due (the hub thread, each wake-up)."""
+        if not self._lingering:
+            return
+        with self.lock:
+            now = time.monotonic()
+            for key, deadline in list(self._lingering.items()):
+                if deadline > now:
+                    continue
+                del self._lingering[key]
+                shared = self.catalog.queries.get(key)
+                if shared is not None and not shared.subscribers and key not in self._pins:
+                    self._forget(key)
 
     # --- delivery ------------------------------------------------------------------
 

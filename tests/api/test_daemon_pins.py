@@ -169,3 +169,65 @@ def test_a_pinned_query_that_faults_is_unpinned(daemon, engine, issues, monkeypa
     wait_for(lambda: hub.step() >= target, 5, "the hub to apply the write")
     assert hub.pinned == set() and key not in hub.catalog.queries
     assert stats(daemon)["materializations"] == 0
+
+
+# --- whileSubscribed with idleTtlMs: the query lingers after its last subscriber ------------
+
+
+class _Loop:  # the hub hands frames over through the socket's loop; none here
+    def call_soon_threadsafe(self, callback, *args):
+        pass
+
+
+def subscribe_and_leave(hub, ast):
+    """One socket subscribes ``ast`` and leaves; the shared query it used."""
+    conn = hub.connect("c", _Loop(), lambda frames: None)
+    sub = hub.subscribe(conn, 1, ast, "normalized")
+    shared = hub.catalog.queries[sub.key]
+    hub.disconnect("c")
+    return shared
+
+
+def linger(daemon, ast, idle_ms):
+    return post(
+        daemon,
+        "/materialize",
+        {"ast": ast, "policy": {"kind": "whileSubscribed", "idleTtlMs": idle_ms}},
+    )
+
+
+def test_an_idle_ttl_keeps_the_query_after_its_last_subscriber_then_lets_it_go(
+    daemon, engine, issues
+):
+    key = linger(daemon, NEWEST, 1500).json()["queryKey"]
+    hub = get_hub(engine)
+    first = subscribe_and_leave(hub, NEWEST)
+    assert_warm(engine, key)  # kept, and maintained meanwhile
+    assert stats(daemon)["materializations"] == 1
+    again = subscribe_and_leave(hub, NEWEST)
+    assert again is first  # the same view: no rebuild
+    wait_for(lambda: key not in hub.catalog.queries, 6, "the lingering query to go")
+    assert stats(daemon)["materializations"] == 0
+
+
+def test_without_an_idle_ttl_the_last_subscriber_takes_the_query_with_it(daemon, engine, issues):
+    key = post(daemon, "/materialize", {"ast": NEWEST}).json()["queryKey"]
+    hub = get_hub(engine)
+    subscribe_and_leave(hub, NEWEST)
+    assert key not in hub.catalog.queries
+
+
+def test_lingering_queries_are_bounded(daemon, engine, issues, settings):
+    settings.RINDLE = {**settings.RINDLE, "DAEMON_MAX_PINS": 1}
+    kept = linger(daemon, NEWEST, 60_000).json()["queryKey"]
+    other = linger(daemon, OLDEST, 60_000).json()["queryKey"]
+    hub = get_hub(engine)
+    subscribe_and_leave(hub, NEWEST)
+    subscribe_and_leave(hub, OLDEST)
+    assert kept in hub.catalog.queries and other not in hub.catalog.queries
+
+
+@pytest.mark.parametrize("idle", [-1, "5", True, 1.5, 10**9])
+def test_a_bad_idle_ttl_is_refused_and_records_nothing(daemon, engine, idle):
+    error(linger(daemon, NEWEST, idle), 400, "invalid_request")
+    assert stats(daemon)["leases"] == 0
