@@ -272,7 +272,7 @@ class MaterializeView(DaemonView):
             "without credentials. `policy: {kind: pinned, name?}` keeps the query warm in "
             "this process with no subscriber until /dematerialize (a re-assert of one name "
             "keeps its id); past DAEMON_MAX_PINS a new pin is 409 `too_many_pins`. Any other "
-            "materialization lives while subscribed."
+            "materialization lives while subscribed, and `idleTtlMs` longer."
         ),
         request=MaterializeRequest,
         responses={200: MaterializeResponse, **_errors(400, 401, 403, 409)},
