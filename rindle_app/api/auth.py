@@ -3,7 +3,7 @@
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from .. import tokens
+from .. import room_credentials, tokens
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -34,6 +34,43 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return f'{self.keyword} realm="rindle"'
+
+
+class RoomCredentialAuthentication(authentication.BaseAuthentication):
+    """
+    Authenticates a room flush route by ``X-Rindle-Room-Credential``, the credential
+    ``/room-boot`` handed out (``rindle_app.room_credentials``); ``request.auth`` is
+    its ``RoomCredential``. Without the header the next class decides; a credential
+    that does not hold is refused (401). Only the flush routes install it.
+    """
+
+    def authenticate(self, request):
+        value = request.META.get("HTTP_X_RINDLE_ROOM_CREDENTIAL")
+        if value is None:
+            return None
+        try:
+            credential = room_credentials.verify(value)
+        except room_credentials.Refused as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        return credential.token.user, credential
+
+    def authenticate_header(self, request):
+        return 'RoomCredential realm="rindle"'
+
+
+class RoomCredentialScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI document describes ``RoomCredentialAuthentication``."""
+
+    target_class = RoomCredentialAuthentication
+    name = "rindleRoomCredential"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": room_credentials.HEADER,
+            "description": "The flush credential of a `/api/rindle/room-boot` answer.",
+        }
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

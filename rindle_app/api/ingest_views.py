@@ -18,7 +18,16 @@ from rest_framework.response import Response
 from ..engine import get_engine
 from ..engine.errors import InvalidInput
 from ..engine.sources import SourceHashMismatch
-from ..exceptions import INSUFFICIENT_SCOPE, INVALID_REQUEST, NotFound, RoomConflict, RoomFenced
+from ..exceptions import (
+    INSUFFICIENT_SCOPE,
+    INVALID_REQUEST,
+    UNAUTHORIZED,
+    NotFound,
+    RoomConflict,
+    RoomFenced,
+)
+from ..room_credentials import RoomCredential
+from .auth import RoomCredentialAuthentication
 from .permissions import TokenWithScope
 from .serializers import ErrorResponse, StrictBooleanField, StrictCharField, StrictIntegerField
 from .views import RindleView
@@ -271,7 +280,27 @@ class RoomView(StrictBodyView):
     required_scope = "rooms"
 
 
-class ApplyRowChangeTxnView(StrictBodyView):
+class FlushAuthenticated:
+    """
+    A room flush route: it also takes the flush credential ``/room-boot`` hands out
+    (``rindle_app.room_credentials``), for its doc and epoch only (``bind``).
+    """
+
+    def get_authenticators(self):
+        return [RoomCredentialAuthentication(), *super().get_authenticators()]
+
+    def bind(self, doc, epoch=None):
+        """Refuse (403) a flush credential's request on another doc or an earlier epoch."""
+        credential = self.request.auth
+        if isinstance(credential, RoomCredential) and not credential.allows(doc, epoch):
+            raise PermissionDenied(
+                f"this room flush credential is for doc {credential.doc!r} from epoch "
+                f"{credential.epoch} on",
+                code=UNAUTHORIZED,
+            )
+
+
+class ApplyRowChangeTxnView(FlushAuthenticated, StrictBodyView):
     """
     ``POST /apply-row-change-txn``: one change-source batch, or a room flush when it
     carries a ``doc`` (the original's route; the daemon client's ``applyRowChangeTxn``).
@@ -308,6 +337,7 @@ class ApplyRowChangeTxnView(StrictBodyView):
                 "a room flush is a whole batch: no chunk_seq, run_id or head",
                 code=INVALID_REQUEST,
             )
+        self.bind(data["doc"], data["epoch"])
         try:
             result = get_engine().commit_room_flush(
                 data["changes"],
@@ -328,7 +358,7 @@ class ApplyRowChangeTxnView(StrictBodyView):
         )
 
 
-class ClaimRoomEpochView(RoomView):
+class ClaimRoomEpochView(FlushAuthenticated, RoomView):
     """``POST /claim-room-epoch {doc}`` → ``{epoch}``: the next placement epoch."""
 
     @extend_schema(
@@ -343,10 +373,11 @@ class ClaimRoomEpochView(RoomView):
     )
     def post(self, request):
         data = self.validated(RoomDocRequest)
+        self.bind(data["doc"])
         return Response({"epoch": get_engine().claim_room_epoch(data["doc"])})
 
 
-class RoomLmidsView(RoomView):
+class RoomLmidsView(FlushAuthenticated, RoomView):
     """``POST /room-lmids {doc, clients}`` → ``{lmids}``: the room's boot probe."""
 
     @extend_schema(
@@ -361,6 +392,7 @@ class RoomLmidsView(RoomView):
     )
     def post(self, request):
         data = self.validated(RoomLmidsRequest)
+        self.bind(data["doc"])
         return Response({"lmids": get_engine().room_lmids(data["doc"], data["clients"])})
 
 

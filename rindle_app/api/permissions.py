@@ -4,6 +4,7 @@ from rest_framework.permissions import BasePermission
 
 from ..exceptions import INSUFFICIENT_SCOPE
 from ..models import RindleToken
+from ..room_credentials import RoomCredential
 from ..tokens import SCOPES
 
 
@@ -38,12 +39,20 @@ class IsAuthenticatedWithScope(TokenHasScope):
 
 
 class TokenWithScope(TokenHasScope):
-    """Machine routes: only a ``RindleToken`` holding the view's scope gets in."""
+    """
+    Machine routes: only a ``RindleToken`` holding the view's scope gets in, or on
+    the room flush routes (which alone authenticate it) a ``RoomCredential``, whose
+    one scope is ``rooms``.
+    """
 
     message = "This route takes a bearer token with the scope it needs."
 
     def has_permission(self, request, view):
-        if not isinstance(request.auth, RindleToken):
+        auth = request.auth
+        if isinstance(auth, RoomCredential):
+            scope = getattr(view, "required_scope", None)
+            return scope is None or auth.has_scope(scope)
+        if not isinstance(auth, RindleToken):
             return False
         return super().has_permission(request, view)
 

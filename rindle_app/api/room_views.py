@@ -9,10 +9,12 @@ the upstream lease (subscribe it on ``/ws/rindle/`` as ``_rindle/room``), the
 per-table write scopes and the flush routes with the headers to present on them::
 
     {epoch, upstreamLeaseToken, upstreamWsEndpoint, scopes: [...],
-     flush: {urls: {apply, claim, lmids}, headers: {Authorization: ...}}}
+     flush: {urls: {apply, claim, lmids}, headers: {X-Rindle-Room-Credential: ...}}}
 
-The flush headers are the boot request's own bearer credential: the flush routes
-need scope ``rooms``, which the boot needed already, so nothing new is handed out.
+The flush header is a credential minted for this doc and placement, not the boot
+request's own bearer token (which may hold every scope): it acts as the booting
+token narrowed to scope ``rooms``, this doc and this epoch on, and dies with the
+token (``rindle_app.room_credentials``). A credential cannot boot again.
 """
 
 from django.urls import reverse
@@ -20,7 +22,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from .. import leases, rooms
+from .. import leases, room_credentials, rooms
 from ..engine import get_engine
 from ..exceptions import INVALID_QUERY, QueryRefused
 from ..ivm.ast import QueryError, parse
@@ -76,9 +78,7 @@ class RoomBootView(RoomView):
             rooms.ROOM_QUERY_NAME, {"doc": doc}, request.user, token=request.auth
         )
         prefix = prefix_of("rindle-room-boot", "api/rindle/room-boot")
-        headers = {}
-        if request.META.get("HTTP_AUTHORIZATION"):
-            headers["Authorization"] = request.META["HTTP_AUTHORIZATION"]
+        headers = {room_credentials.HEADER: room_credentials.mint(request.auth, doc, epoch)}
         return Response(
             {
                 "epoch": epoch,

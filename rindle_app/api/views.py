@@ -88,6 +88,7 @@ def request_meter(request, refused=False):
         return quota.meter(get_adapter().namespace(None, None))
     user = request.__dict__.get("_user")
     token = request.__dict__.get("_auth")
+    token = getattr(token, "token", token)  # a room flush credential counts as its token
     token = token if isinstance(token, RindleToken) else None
     namespace = get_adapter().namespace(user, token)
     if token is not None:
