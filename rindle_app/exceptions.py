@@ -462,11 +462,13 @@ class RoomReject(MutationRejected):
     Raise from a room mutator to reject the mutation with a reason.
 
     Like ``MutationRejected`` (which a room host treats the same way), an outcome and
-    not an error: the mid is consumed and recorded as ``rejected``.
+    not an error: the mid is consumed and recorded as ``rejected``. ``details``, a
+    JSON-able dict, travels with its ``mutationOutcome`` frame (the durable outcome
+    row keeps the reason only).
     """
 
-    def __init__(self, reason, code=ROOM_REJECTED):
-        super().__init__(reason, code)
+    def __init__(self, reason, code=ROOM_REJECTED, *, details=None):
+        super().__init__(reason, code, details=details)
 
 
 class RoomClosed(RindleError):

@@ -321,16 +321,25 @@ _ROOM_FIELDS = {}
 
 
 def _room_args(serializer_class, args):
-    """``args`` validated by the serializer's own fields (built once: a room is hot)."""
+    """
+    ``args`` validated by the serializer's own fields (built once: a room is hot). A
+    ValidationError of its field errors rejects the mutation as ``invalid_args`` with
+    them as the details, as the main path's serializer does.
+    """
     fields = _ROOM_FIELDS.get(serializer_class)
     if fields is None:
         fields = _ROOM_FIELDS[serializer_class] = serializer_class().fields
     if not isinstance(args, dict):  # unknown keys are ignored, as the serializer does
-        raise MutationRejected("bad arguments", code="invalid_args")
-    try:
-        return {n: f.run_validation(args.get(n, serializers.empty)) for n, f in fields.items()}
-    except serializers.ValidationError:
-        raise MutationRejected("bad arguments", code="invalid_args") from None
+        raise serializers.ValidationError({"non_field_errors": ["Expected a dictionary."]})
+    out, errors = {}, {}
+    for name, field in fields.items():
+        try:
+            out[name] = field.run_validation(args.get(name, serializers.empty))
+        except serializers.ValidationError as exc:
+            errors[name] = exc.detail
+    if errors:
+        raise serializers.ValidationError(errors)
+    return out
 
 
 def _room_touch(tx, issue_id, changes, updated_at):

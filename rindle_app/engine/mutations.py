@@ -358,6 +358,20 @@ def _drf_validation_error(exc):
     return isinstance(exc, ValidationError)
 
 
+def validation_rejection(exc):
+    """
+    The ``invalid_args`` rejection (DRF's field errors as its details) of a Django or
+    DRF ``ValidationError`` raised inside a mutator (say
+    ``serializer.is_valid(raise_exception=True)``), or None for any other exception.
+    """
+    if isinstance(exc, DjangoValidationError):
+        return invalid_args(django_field_errors(exc))
+    if _drf_validation_error(exc):
+        detail = exc.detail if isinstance(exc.detail, dict) else {_non_field_key(): exc.detail}
+        return invalid_args(detail)
+    return None
+
+
 def classify(exc):
     """(code, reason, details) of a business rejection raised inside a mutator."""
     if isinstance(exc, MutationRejected):
@@ -370,13 +384,8 @@ def classify(exc):
         return INTEGRITY_ERROR, str(exc), None
     if isinstance(exc, DataError):
         return DATA_ERROR, str(exc), None
-    if isinstance(exc, DjangoValidationError):
-        rejection = invalid_args(django_field_errors(exc))
-        return rejection.code, rejection.reason, rejection.details
-    if _drf_validation_error(exc):
-        # serializer.is_valid(raise_exception=True) inside the mutator.
-        detail = exc.detail if isinstance(exc.detail, dict) else {_non_field_key(): exc.detail}
-        rejection = invalid_args(detail)
+    rejection = validation_rejection(exc)
+    if rejection is not None:
         return rejection.code, rejection.reason, rejection.details
     # Not a business rule: a bug in the mutator. The client gets a rejection; the
     # operator gets the traceback.

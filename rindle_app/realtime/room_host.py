@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 
 from ..conf import rindle_settings
 from ..engine.errors import InvalidInput
+from ..engine.mutations import validation_rejection
 from ..exceptions import (
     ARGS_TOO_LARGE,
     INVALID_ARGS,
@@ -121,6 +122,7 @@ class MutationResult:
     reason: str = None
     changes: list = field(default_factory=list)
     flush: "FlushResult" = None
+    details: dict = None  # a rejection's details (``RoomReject(..., details=)``), or None
 
 
 @dataclass
@@ -132,6 +134,7 @@ class VerdictChange:
     before: str
     after: str
     reason: str = None
+    details: dict = None
 
 
 @dataclass
@@ -182,6 +185,21 @@ class _Pending:
     args: str  # as JSON text
     verdict: str
     reason: str = None
+    details: dict = None
+
+
+def _json_details(details):
+    """A rejection's details as the frame will carry them: a JSON object, or None (logged)."""
+    if details is None:
+        return None
+    try:
+        if isinstance(details, dict):
+            json.loads(json.dumps(details))
+            return details
+    except (TypeError, ValueError):
+        pass
+    logger.warning("a room mutator rejected with details that are not a JSON object; dropped")
+    return None
 
 
 class _Tables:
@@ -398,17 +416,17 @@ class RoomHost:
         forced = None
         if self.pending >= int(rindle_settings.ROOM_MAX_PENDING) or self._batch_full(0):
             forced = self._flush_to_make_room()
-        verdict, reason, tx = self._run(name, text)
+        verdict, reason, details, tx = self._run(name, text)
         if tx is not None and self._batch_full(len(tx._overlay)):
             if self.pending:
                 forced = self._flush_to_make_room()
-                verdict, reason, tx = self._run(name, text)
+                verdict, reason, details, tx = self._run(name, text)
             if tx is not None and self._batch_full(len(tx._overlay)):
                 verdict, reason, tx = REJECTED, "too many row changes for one flush", None
         changes = self._commit(tx) if tx is not None else []
         self._lmids[client_id] = mid
-        self._pending.append(_Pending(client_id, mid, name, text, verdict, reason))
-        return MutationResult(client_id, mid, verdict, reason, changes, forced)
+        self._pending.append(_Pending(client_id, mid, name, text, verdict, reason, details))
+        return MutationResult(client_id, mid, verdict, reason, changes, forced, details)
 
     def _lmid(self, client_id):
         lmid = self._lmids.get(client_id)
@@ -435,21 +453,27 @@ class RoomHost:
         return result
 
     def _run(self, name, text):
-        """(verdict, reason, tx of an applied run or None), the room state unchanged."""
+        """
+        (verdict, reason, details, tx of an applied run or None), the room state
+        unchanged; ``details`` are a rejection's (``RoomReject(..., details=)``).
+        """
         fn = self._mutators.get(name)
         if fn is None:
-            return DEOPT, f"no room mutator {name!r}", None
+            return DEOPT, f"no room mutator {name!r}", None, None
         tx = RoomTx(self)
         try:
             # Args of their own each run: a rebase re-runs the mutation on the args as
             # they arrived, whatever an earlier run did to its copy.
             fn(tx, json.loads(text))
         except MutationRejected as exc:
-            return REJECTED, str(exc.reason), None
-        except Exception:
+            return REJECTED, str(exc.reason), _json_details(exc.details), None
+        except Exception as exc:
+            rejection = validation_rejection(exc)  # invalid arguments, as on the main path
+            if rejection is not None:
+                return REJECTED, rejection.reason, rejection.details, None
             logger.exception("room mutator %r of %r raised", name, self.doc)
-            return REJECTED, MUTATOR_ERROR_REASON, None
-        return APPLIED, None, tx
+            return REJECTED, MUTATOR_ERROR_REASON, None, None
+        return APPLIED, None, None, tx
 
     def _commit(self, tx):
         for slot, row in tx._overlay.items():
@@ -662,7 +686,7 @@ class RoomHost:
         for p in self._pending:
             if p.verdict == DEOPT:
                 continue
-            p.verdict, p.reason, tx = self._run(p.name, p.args)
+            p.verdict, p.reason, p.details, tx = self._run(p.name, p.args)
             if tx is not None:
                 self._commit(tx)
 
@@ -675,7 +699,7 @@ class RoomHost:
         for p, before in judged:
             if before != p.verdict:
                 result.verdicts.append(
-                    VerdictChange(p.client_id, p.mid, before, p.verdict, p.reason)
+                    VerdictChange(p.client_id, p.mid, before, p.verdict, p.reason, p.details)
                 )
 
     def __repr__(self):

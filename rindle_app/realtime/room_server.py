@@ -236,7 +236,10 @@ class LiveRoom:
             if result.verdict == APPLIED:
                 self._broadcast(result.changes)
             elif result.verdict != REPLAY:
-                socket.deliver([_outcome(result.mid, result.verdict, result.reason, envelope)])
+                frame = _outcome(
+                    result.mid, result.verdict, result.reason, envelope, result.details
+                )
+                socket.deliver([frame])
             return result
 
     def flush(self, *, wait=False):
@@ -314,7 +317,9 @@ class LiveRoom:
             if change.after != APPLIED:
                 for sub in self.lmid_subs.values():
                     if sub.client_id == change.client_id:
-                        frame = _outcome(change.mid, change.after, change.reason, None)
+                        frame = _outcome(
+                            change.mid, change.after, change.reason, None, change.details
+                        )
                         sub.socket.deliver([frame])
         if result.flushed:
             self.flushed = int(result.offset)
@@ -389,10 +394,12 @@ def _lmid(sub):
     return {"client_id": sub.client_id, "last_mutation_id": sub.lmid}
 
 
-def _outcome(mid, kind, reason, envelope):
+def _outcome(mid, kind, reason, envelope, details=None):
     frame = {"t": "mutationOutcome", "mid": mid, "kind": kind}
     if reason is not None:
         frame["reason"] = reason
+    if details is not None:
+        frame["details"] = details
     if envelope is not None:
         frame["name"] = envelope["name"]
         frame["args"] = envelope.get("args")

@@ -52,7 +52,19 @@ def half(tx, args):
     raise RuntimeError("after a write")
 
 
-MUTATORS = {"put": put, "inc": inc, "drop": drop, "half": half}
+def checked(tx, args):
+    """Rejections with details: a RoomReject's own, a serializer's field errors."""
+    from rest_framework import serializers
+
+    if args.get("why") == "rule":
+        raise RoomReject("over the limit", details={"n": ["at most 2"]})
+    if args.get("why") == "opaque":
+        raise RoomReject("opaque", details={"when": object()})  # not JSON: dropped
+    field = serializers.CharField(max_length=3)
+    tx.add(TABLE, {"id": field.run_validation(args.get("id")), "label": "ok", "n": 0})
+
+
+MUTATORS = {"put": put, "inc": inc, "drop": drop, "half": half, "checked": checked}
 
 
 def load_prefix(prefix):
@@ -199,6 +211,30 @@ def test_a_conflict_rebases_on_the_database_images_and_reports_corrections(room)
     ]
     assert same_rows(h)
     assert outcomes() == [("c1", 2, "rejected", "capped"), ("c2", 1, "rejected", "capped")]
+
+
+def test_a_rejection_carries_its_details_to_the_outcome(room, caplog):
+    h = host(room)
+    rule = h.mutate("c1", 1, "checked", {"why": "rule"})
+    assert (rule.verdict, rule.reason, rule.details) == (
+        "rejected",
+        "over the limit",
+        {"n": ["at most 2"]},
+    )
+    bad = h.mutate("c1", 2, "checked", {"id": "much too long"})
+    assert bad.verdict == "rejected" and bad.reason.startswith("invalid arguments")
+    assert list(bad.details) == ["non_field_errors"] and bad.details["non_field_errors"]
+    opaque = h.mutate("c1", 3, "checked", {"why": "opaque"})
+    assert (opaque.verdict, opaque.details) == ("rejected", None)
+    assert "not a JSON object" in caplog.text
+    ok = h.mutate("c1", 4, "checked", {"id": "r1"})
+    assert ok.verdict == "applied" and ok.details is None
+    h.flush()
+    assert [o[:3] for o in outcomes()] == [
+        ("c1", 1, "rejected"),
+        ("c1", 2, "rejected"),
+        ("c1", 3, "rejected"),
+    ]
 
 
 def test_a_rebase_can_turn_a_rejection_into_an_application(room):

@@ -365,3 +365,18 @@ async def test_a_room_sockets_bytes_count_under_its_namespace(people):
     grown_in = after.bytes_in - (before.bytes_in if before else 0)
     grown_out = after.bytes_out - (before.bytes_out if before else 0)
     assert grown_in > 0 and grown_out >= sum(len(json.dumps(f)) // 2 for f in frames)
+
+
+async def test_a_rejection_with_field_errors_reaches_its_socket_with_the_details(people):
+    """The demo's room mutators validate as the main path does: DRF's field errors."""
+    ada, bob = people
+    await db(lease)(ada, "A")
+    await db(lease)(bob, "B")
+    a, _ = await room_socket("A", (await db(lease)(ada, "A"))["realtime"]["roomToken"])
+    await a.send(push(1, "editTitle", id=ISSUE, title="second", updatedAt="soon"))
+    outcome = (await a.recv_until("mutationOutcome"))[-1]
+    assert (outcome["mid"], outcome["kind"]) == (1, "rejected")
+    assert outcome["reason"].startswith("invalid arguments")
+    assert list(outcome["details"]) == ["updatedAt"] and outcome["details"]["updatedAt"]
+    assert (await db(issue_row)())[0] == "first"
+    await a.close()
