@@ -54,6 +54,7 @@ def check_settings(app_configs, **kwargs):
     errors.extend(_check_watermarker())
     errors.extend(_check_stream_waiters())
     errors.extend(_check_daemon_pins())
+    errors.extend(_check_url_planes())
     errors.extend(_check_room_profiles())
     errors.extend(_check_room_pending(user.get("ROOM_MAX_PENDING", DEFAULTS["ROOM_MAX_PENDING"])))
     errors.extend(_check_mutator_permissions(user.get("MUTATOR_PERMISSION_CLASSES", [])))
@@ -134,6 +135,33 @@ def _check_room_pending(value):
             hint="It bounds the mutations a room host holds unflushed (1000 by default); at "
             "the cap the host flushes first and refuses with room_busy if it cannot.",
             id="rindle.E037",
+        )
+    ]
+
+
+def _check_url_planes():
+    from django.urls import NoReverseMatch, reverse
+
+    def mounted(name):
+        try:
+            reverse(name)
+        except NoReverseMatch:
+            return False
+        return True
+
+    try:
+        rooms, ingest = mounted("rindle-room-boot"), mounted("rindle-apply-txn")
+    except Exception:  # no URLconf to read: Django's own URL checks report it
+        return []
+    if not rooms or ingest:
+        return []
+    return [
+        Error(
+            "The rooms URLconf plane is mounted without the ingest plane.",
+            hint="A room's flushes go through /apply-row-change-txn, which "
+            "rindle_app.urls.ingest serves: include it beside rindle_app.urls.rooms "
+            "(/api/rindle/room-boot answers 501 plane_not_mounted without it).",
+            id="rindle.E041",
         )
     ]
 

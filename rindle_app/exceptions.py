@@ -275,6 +275,11 @@ SQL_TRANSACTION_BUSY = _code(
 DAEMON_SESSION_GONE = _http(
     "session_gone", 410, "The mutation session is finished or expired: retry the envelope."
 )
+PLANE_NOT_MOUNTED = _http(
+    "plane_not_mounted",
+    501,
+    "The answer names a route of a URLconf plane the project does not include (check rindle.E041).",
+)
 TOO_MANY_PINS = _http(
     "too_many_pins",
     409,
@@ -392,6 +397,12 @@ class SessionGone(RindleError):
     """A daemon mutation session is finished or expired (410); nothing more of it applies."""
 
     code = DAEMON_SESSION_GONE
+
+
+class PlaneNotMounted(RindleError):
+    """A route the answer must name is not mounted (501); nothing was done."""
+
+    code = PLANE_NOT_MOUNTED
 
 
 class TooManyPins(RindleError):

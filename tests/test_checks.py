@@ -383,3 +383,10 @@ def test_a_synced_decimal_field_a_double_cannot_hold_is_a_warning(monkeypatch):
     found = [m for m in check_settings(None) if m.id == "rindle.W003"]
     assert [m.obj.name for m in found] == ["wide"]
     assert "max_digits=20" in found[0].msg
+
+
+def test_the_rooms_plane_without_the_ingest_plane_is_refused_at_start():
+    """A room boot would name /apply-row-change-txn, which nothing serves (rindle.E041)."""
+    assert "rindle.E041" in check_ids(ROOT_URLCONF="tests.api.rooms_only_urls")
+    assert "rindle.E041" not in check_ids(ROOT_URLCONF="tests.api.prefixed_urls")
+    assert "rindle.E041" not in check_ids()

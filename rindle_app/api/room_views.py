@@ -17,18 +17,34 @@ token narrowed to scope ``rooms``, this doc and this epoch on, and dies with the
 token (``rindle_app.room_credentials``). A credential cannot boot again.
 """
 
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
 from .. import leases, room_credentials, rooms
 from ..engine import get_engine
-from ..exceptions import INVALID_QUERY, QueryRefused
+from ..exceptions import INVALID_QUERY, PlaneNotMounted, QueryRefused
 from ..ivm.ast import QueryError, parse
 from ..mount import prefix_of, ws_url
 from .ingest_views import RoomView
 from .serializers import ErrorResponse, StrictCharField
+
+
+def _flush_urls():
+    """The flush routes; ``PlaneNotMounted`` (501) when one is not mounted (rindle.E041)."""
+    names = {
+        "apply": "rindle-apply-txn",
+        "claim": "rindle-claim-room-epoch",
+        "lmids": "rindle-room-lmids",
+    }
+    try:
+        return {key: reverse(name) for key, name in names.items()}
+    except NoReverseMatch:
+        raise PlaneNotMounted(
+            "a room flushes through /apply-row-change-txn, and the ingest URLconf plane "
+            "(rindle_app.urls.ingest) is not mounted"
+        ) from None
 
 
 class RoomBootRequest(serializers.Serializer):
@@ -58,7 +74,7 @@ class RoomBootView(RoomView):
         request=RoomBootRequest,
         responses={
             200: RoomBootResponse,
-            **{status: OpenApiResponse(ErrorResponse) for status in (400, 401, 403, 404, 503)},
+            **{status: OpenApiResponse(ErrorResponse) for status in (400, 401, 403, 404, 501, 503)},
         },
     )
     def post(self, request):
@@ -73,6 +89,7 @@ class RoomBootView(RoomView):
             raise QueryRefused(
                 f"room profile {profile.name!r} built an invalid footprint: {exc}", INVALID_QUERY
             ) from None
+        urls = _flush_urls()  # before the claim: a refusal claims nothing
         epoch = engine.claim_room_epoch(doc)
         token, _info = leases.mint(
             rooms.ROOM_QUERY_NAME, {"doc": doc}, request.user, token=request.auth
@@ -85,13 +102,6 @@ class RoomBootView(RoomView):
                 "upstreamLeaseToken": token,
                 "upstreamWsEndpoint": ws_url(request, prefix, "ws/rindle/"),
                 "scopes": rooms.compile_scopes(ast, set(profile.context)),
-                "flush": {
-                    "urls": {
-                        "apply": reverse("rindle-apply-txn"),
-                        "claim": reverse("rindle-claim-room-epoch"),
-                        "lmids": reverse("rindle-room-lmids"),
-                    },
-                    "headers": headers,
-                },
+                "flush": {"urls": urls, "headers": headers},
             }
         )

@@ -1,6 +1,7 @@
 """
 The room write authority: a room's placement epoch, its ledger and a host's cold boot.
-A room's flushes go through the ingest plane's ``/apply-row-change-txn``: include both.
+A room's flushes go through the ingest plane's ``/apply-row-change-txn``: include both
+(check ``rindle.E041``; without it ``/room-boot`` answers 501 ``plane_not_mounted``).
 """
 
 from django.urls import path

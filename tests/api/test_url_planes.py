@@ -151,3 +151,22 @@ def test_the_openapi_document_opened_in_a_browser_is_shown_not_downloaded(engine
     assert tool["Content-Type"].startswith("application/vnd.oai.openapi")
     tool = APIClient().get("/api/schema/openapi", HTTP_ACCEPT="application/json")
     assert tool["Content-Type"] == "application/json" and "paths" in tool.json()
+
+
+@pytest.mark.urls("tests.api.rooms_only_urls")
+def test_room_boot_without_the_ingest_plane_is_a_clear_501_that_claims_nothing(engine):
+    from django.db import connection
+
+    host = get_user_model().objects.create_user("host")
+    client = token_client(host, "rooms")
+    demo.User.objects.create(id="u1", name="Ursula")
+    demo.Issue.objects.create(
+        id="i1", title="t", status="todo", priority="low", owner_id="u1", created_at=1,
+        updated_at=1,
+    )  # fmt: skip
+    reply = post(client, "/api/rindle/room-boot", {"doc": "issue/i1"})
+    assert reply.status_code == 501, reply.content
+    assert reply.json()["error"]["code"] == "plane_not_mounted"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM _rindle_room_placement")
+        assert cursor.fetchone()[0] == 0
