@@ -217,6 +217,13 @@ class _Parser:
                     'each orderBy entry is [column, "asc" | "desc"]', path=f"{path}[{i}]"
                 )
             col = self.column(table, item[0], f"{path}[{i}][0]")
+            if next((c.encoding for c in table.columns if c.name == col), "") == BINARY:
+                raise QueryError(
+                    f"orderBy on the binary column {table.name}.{col} is not supported: its "
+                    "wire form (base64) orders differently from the stored bytes",
+                    code=UNSUPPORTED,
+                    path=f"{path}[{i}][0]",
+                )
             if col not in seen:
                 seen.add(col)
                 order.append((col, item[1]))

@@ -422,6 +422,16 @@ def test_a_literal_that_is_not_a_value_of_its_column_is_refused(typed, condition
     assert message in str(info.value)
 
 
+def test_an_order_by_a_binary_column_is_refused(typed):
+    """Base64 text and the stored bytes order differently: the view and SQL would disagree."""
+    from rindle_app.ivm.ast import QueryError, parse
+
+    with pytest.raises(QueryError) as info:
+        parse({"table": "wire_typed", "orderBy": [["blob", "asc"]]}, typed.tables)
+    assert info.value.code == "unsupported" and info.value.path == "$.orderBy[0][0]"
+    assert "orderBy on the binary column wire_typed.blob" in str(info.value)
+
+
 def test_the_change_stream_sends_keys_and_images_in_the_wire_encoding(engine):
     """GET /v1/stream's events carry the key and the images as a live view does."""
     from rindle_app.stream.page import read_page
