@@ -411,6 +411,7 @@ class Watermarker:
         conn.ensure_connection()
         raw = conn.connection
         if self._listening is not raw:
+            self._awake = self._bell = False  # a new session holds no advisory lock
             with conn.cursor() as cursor:
                 cursor.execute(f"LISTEN {OUTBOX_CHANNEL}")
             self._listening = raw
