@@ -573,6 +573,8 @@ class Hub:
         """
         limit = int(rindle_settings.DAEMON_MAX_PINS)
         with self.lock:
+            if key in self._pins and key in self.catalog.queries:
+                return key  # a re-assert of a warm pin: nothing to build
             if key not in self._pins and len(self._pins) >= limit:
                 raise TooManyPins(
                     f"this process keeps {limit} pinned materializations (DAEMON_MAX_PINS); "
