@@ -40,7 +40,7 @@ from .ingest_views import StrictBodyView
 from .migrate_views import MigrationSerializer, _parse
 from .serializers import ErrorResponse, StrictCharField, StrictIntegerField
 from .sql_views import CONSISTENCY
-from .views import read_once
+from .views import FollowsSchema, read_once
 
 MAX_MID = 2**53 - 1  # the original's mids are JS numbers
 
@@ -346,7 +346,7 @@ class DematerializeView(DaemonView):
         return Response({"removed": removed})
 
 
-class QueryOnceView(DaemonView):
+class QueryOnceView(FollowsSchema, DaemonView):
     """``POST /query``: the SSR one-shot over a raw AST; it subscribes nothing."""
 
     @extend_schema(

@@ -269,7 +269,22 @@ def lifecycle_block(request, engine, name, args, client_id):
         return {}
 
 
-class ReadView(RindleView):
+class FollowsSchema:
+    """
+    A route that reads the table map (``/schema``, the SSR reads): before it runs, the
+    engine re-reads what another process's migration changed, when no live queries
+    of this process follow the outbox (``Engine.follow_schema``).
+    """
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        try:
+            get_engine().follow_schema()
+        except (RindleError, DatabaseError):  # the route answers from what it has
+            logger.warning("rindle: following the schema failed", exc_info=True)
+
+
+class ReadView(FollowsSchema, RindleView):
     """
     ``POST /api/rindle/read``: a named query's rows once, with the outbox version
     they reflect (``cvMin``), for server-side rendering. It subscribes nothing.
@@ -400,7 +415,7 @@ def _outcome(result):
     return out
 
 
-class SchemaView(RindleView):
+class SchemaView(FollowsSchema, RindleView):
     """
     ``GET /schema``: the tables clients may query, sorted by name, bookkeeping tables
     left out. Open to any signed-in user and to tokens with the ``schema`` scope.

@@ -56,6 +56,8 @@ class Engine:
         self._state_lock = threading.Lock()
         self._started = False
         self._schema_listeners = []
+        self._ddl_seen = None  # the outbox version follow_schema has looked up to
+        self._ddl_checked = 0.0  # when it last looked (monotonic)
         # table -> the model it was registered with, beyond the synced ones: a re-read
         # (reload_tables) keeps typing its columns from it (engine.values).
         self._models = {}
@@ -82,6 +84,7 @@ class Engine:
             self._started = True
             self._writer.start()
         try:
+            self._ddl_seen = self._outbox_version()  # before the table map is read
             self.refresh()
             self.producer_census.seed(self.using)
         except BaseException:
@@ -106,6 +109,47 @@ class Engine:
         from .journal import restore_tables
 
         restore_tables(self)
+
+    def follow_schema(self):
+        """
+        Re-read the tables another process's migration changed, in a process whose
+        live queries do not follow the outbox (no schema listener: no hub yet, say a
+        process serving HTTP only): its ``/schema`` and SSR reads call it, so they
+        learn of a committed migration within ``WAKE_POLL_INTERVAL``. It looks at most
+        once per interval, at the DDL markers past what it saw (``stream.reader``). A
+        process with live queries is left alone: its tail meets each marker in order
+        with the changes around it, and bounces the subscriptions it affects.
+        """
+        import time
+
+        if self._schema_listeners:
+            return
+        now = time.monotonic()
+        if now - self._ddl_checked < float(rindle_settings.WAKE_POLL_INTERVAL):
+            return
+        self._ddl_checked = now
+        from ..stream.reader import ddl_since
+
+        if self._ddl_seen is None:  # the outbox could not be read at start
+            self._ddl_seen = self._outbox_version()
+            return
+        names, version = ddl_since(self.using, self._ddl_seen)
+        if names and not self._schema_listeners:
+            self.reload_tables(names)
+        self._ddl_seen = max(self._ddl_seen, version)
+
+    def _outbox_version(self):
+        """The published safe_seq now, or None when it cannot be read (no migrate yet)."""
+        from django.db import DatabaseError
+
+        from ..stream import state
+        from ..stream.reader import read_transaction
+
+        try:
+            with read_transaction(self.using, fresh=True) as cursor:
+                return state.read(cursor).safe_seq
+        except DatabaseError:
+            return None
 
     def add_schema_listener(self, fn):
         """Call ``fn(table name)`` when a registered table's definition changes."""

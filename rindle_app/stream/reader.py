@@ -196,6 +196,26 @@ def read_query(using, query, schema):
     return current.safe_seq, decode_view(query, schema, view, snapshot=True)
 
 
+def ddl_since(using, after):
+    """
+    ``(names, version)``: the tables whose DDL markers (``engine.schema_changes``)
+    committed in ``(after, version]``, ``version`` being the published safe_seq read
+    in the same snapshot (below it no marker can still commit). It reads the outbox
+    past ``after`` by seq: the work is what was written since the last look.
+    """
+    from ..engine.schema_changes import DDL_OP
+
+    def read(cursor, current):
+        cursor.execute(
+            f'SELECT DISTINCT "table" FROM {OUTBOX} WHERE seq > %s AND seq <= %s AND op = %s',
+            [after, current.safe_seq, DDL_OP],
+        )
+        return sorted(row[0] for row in cursor.fetchall())
+
+    current, names = consistent_read(using, read)
+    return names, current.safe_seq
+
+
 def _tail_sql(vendor):
     table = stream_state.TABLE
     if vendor == "postgresql":

@@ -15,7 +15,7 @@ import pytest
 import schemathesis
 from django.db import connection
 from drf_spectacular.generators import SchemaGenerator
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 from schemathesis.core import NotSet
@@ -207,6 +207,9 @@ def test_malformed_input_is_a_documented_4xx_that_writes_nothing(engine, alice, 
     @settings(max_examples=examples(EXAMPLES_PER_OPERATION), database=None)
     @given(case=strategy)
     def refused(case):
+        # An empty-named query parameter never reaches the view (Django's QueryDict
+        # drops the pair), so such a case may be a valid request: not a negative one.
+        assume(not any(name == "" for name in (case.query or {})))
         response = send(client, case)
         shown = (case.method, case.formatted_path, case.query, case.body)
         assert response.status_code != 401, ("the admin token was refused", shown)
