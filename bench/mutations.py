@@ -364,12 +364,12 @@ WRITER_PROFILES = []
 
 
 def profile_writer_thread():
-    """Run every engine writer loop under cProfile (install before the engine starts)."""
-    from rindle_app.engine.engine import Engine
+    """Run every engine writer thread under cProfile (install before the engine starts)."""
+    from rindle_app.engine.writer import Writer
 
-    original = Engine._loop
+    original = Writer._serve
 
-    def _loop(self):
+    def _serve(self):
         prof = cProfile.Profile()
         WRITER_PROFILES.append(prof)
         prof.enable()
@@ -378,7 +378,7 @@ def profile_writer_thread():
         finally:
             prof.disable()
 
-    Engine._loop = _loop
+    Writer._serve = _serve
 
 
 # --- reporting ----------------------------------------------------------------------------

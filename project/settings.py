@@ -117,6 +117,8 @@ if os.environ.get("RINDLE_TEST_DATABASE_NAME"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# rindle needs no channel layer (its processes share changes through the database);
+# this one is the project's, for Channels consumers of its own.
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {

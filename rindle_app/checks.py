@@ -34,16 +34,9 @@ def check_settings(app_configs, **kwargs):
         )
     else:
         errors.extend(_check_database(alias, db))
-    layers = getattr(settings, "CHANNEL_LAYERS", None) or {}
-    if "default" not in layers:
-        errors.append(
-            Error(
-                "No default channel layer is configured; live queries cannot fan out.",
-                hint="Set CHANNEL_LAYERS (InMemoryChannelLayer for one process, "
-                "channels_redis.core.RedisChannelLayer otherwise).",
-                id="rindle.E005",
-            )
-        )
+    # No channel layer is required (there was a check rindle.E005 that said so): the
+    # hub hands frames to its own process's sockets, and processes share every change
+    # through the database's outbox, never through Channels.
     synced_errors = _check_synced_models(user.get("SYNCED_MODELS", []))
     errors.extend(synced_errors or _check_decimal_precision())
     errors.extend(_check_adapter(user.get("ADAPTER", DEFAULTS["ADAPTER"])))

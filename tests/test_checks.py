@@ -90,9 +90,9 @@ def test_wal_is_recognised_in_any_case_and_spacing():
 
 
 @pytest.mark.parametrize("layers", [None, {}, {"other": {}}])
-def test_a_missing_default_channel_layer_is_an_error(layers):
-    """Live queries need a default channel layer to fan out (rindle.E005)."""
-    assert check_ids(CHANNEL_LAYERS=layers) == ["rindle.E005"]
+def test_no_channel_layer_is_needed(layers):
+    """Processes share changes through the outbox, not Channels: no layer, no check."""
+    assert check_ids(CHANNEL_LAYERS=layers) == []
 
 
 def test_an_unknown_synced_model_is_an_error():
@@ -144,7 +144,7 @@ def test_every_problem_is_reported_at_once():
     )
     assert sorted(ids) == sorted(
         ["rindle.W001", "rindle.E003", "rindle.E004", "rindle.W002"]
-        + ["rindle.E005", "rindle.E006", "rindle.E007"]
+        + ["rindle.E006", "rindle.E007"]
     )
 
 

@@ -130,8 +130,11 @@ class Engine:
         self._ddl_checked = now
         from ..stream.reader import ddl_since
 
-        if self._ddl_seen is None:  # the outbox could not be read at start
-            self._ddl_seen = self._outbox_version()
+        if self._ddl_seen is None:  # the outbox could not be read at start: re-read all
+            version = self._outbox_version()
+            if version is not None and not self._schema_listeners:
+                self.reload_tables([t.name for t in self.tables])
+                self._ddl_seen = version
             return
         names, version = ddl_since(self.using, self._ddl_seen)
         if names and not self._schema_listeners:
@@ -142,12 +145,10 @@ class Engine:
         """The published safe_seq now, or None when it cannot be read (no migrate yet)."""
         from django.db import DatabaseError
 
-        from ..stream import state
-        from ..stream.reader import read_transaction
+        from ..stream.reader import consistent_read
 
-        try:
-            with read_transaction(self.using, fresh=True) as cursor:
-                return state.read(cursor).safe_seq
+        try:  # (a flushed database has no state row: consistent_read makes it)
+            return consistent_read(self.using, lambda cursor, state: None, fresh=True)[0].safe_seq
         except DatabaseError:
             return None
 

@@ -86,6 +86,9 @@ MAX_CLIENT_ID = 128
 
 
 class RoomConsumer(AsyncWebsocketConsumer):
+    # No channel layer: a room's frames go straight to its sockets (room_server), so a
+    # socket needs no channel of its own (with Redis, a channel and a receive loop).
+    channel_layer_alias = None
     room = None
     _sender = None
     client_id = None

@@ -1,6 +1,6 @@
 """
 The websocket protocol at /ws/rindle/, through the project's ASGI stack (origin
-validation, sessions, the consumer, the hub and the channel layer).
+validation, sessions, the consumer and the hub).
 """
 
 import json
@@ -49,6 +49,18 @@ async def test_seq0_hello_snapshot_then_progress(live):
     high = await db(outbox_high_water)()
     assert snap["batch"]["cv"] == high
     assert progress == {"t": "progress", "frame": {"cvMin": high}}
+    await client.close()
+
+
+async def test_the_socket_needs_no_channel_layer(live, settings):
+    """Frames go straight from the hub to the socket; no CHANNEL_LAYERS at all."""
+    settings.CHANNEL_LAYERS = {}
+    client = Client()
+    assert await client.connect()
+    await subscribe(client, 1, "users")
+    await db(User.objects.create)(id="u1", name="Ada")
+    batch, _progress = await client.recv_until("progress")
+    assert batch["batch"]["ops"] == [{"table": "user", "op": "add", "row": ["u1", "Ada"]}]
     await client.close()
 
 
