@@ -83,12 +83,14 @@ def request_meter(request, refused=False):
     authentication DRF already did, never authenticates again.
     """
     from ..models import RindleToken
+    from ..room_credentials import RoomCredential
 
     if refused:
         return quota.meter(get_adapter().namespace(None, None))
     user = request.__dict__.get("_user")
     token = request.__dict__.get("_auth")
-    token = getattr(token, "token", token)  # a room flush credential counts as its token
+    if isinstance(token, RoomCredential):  # a room flush credential counts as its token
+        token = token.token
     token = token if isinstance(token, RindleToken) else None
     namespace = get_adapter().namespace(user, token)
     if token is not None:

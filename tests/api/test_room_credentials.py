@@ -138,3 +138,17 @@ def test_a_credential_dies_with_its_token_and_cannot_be_forged(booter, table):
     reply = post(holder(headers), "/room-lmids", {"doc": DOC, "clients": []})
     assert reply.status_code == 401
     assert reply.json()["error"]["code"]
+
+
+def test_a_credentials_traffic_counts_under_its_tokens_user(booter, table, alice):
+    from rindle_app import flow
+
+    def transfers(namespace):
+        day = flow.get_ledger().today(namespace, flow.now_ms())
+        return 0 if day is None else day.transfers
+
+    host = holder(boot(booter)["flush"]["headers"])
+    mine, nobody = transfers(f"user:{alice.pk}"), transfers("anonymous")
+    assert post(host, "/room-lmids", {"doc": DOC, "clients": []}).status_code == 200
+    assert transfers(f"user:{alice.pk}") == mine + 1
+    assert transfers("anonymous") == nobody
