@@ -479,11 +479,7 @@ class Hub:
             # What was read ahead, corrected to the version reached meanwhile (or
             # refused at once, when it was read past the budget).
             self.catalog.install_ahead(ahead, budget)
-            try:
-                shared = self.catalog.register(ast, budget)
-            except ResnapshotRequired as exc:  # its partitions are below the horizon
-                self._resnapshot(exc)
-                shared = self.catalog.register(ast, budget)
+            shared = self._register(ast, budget)
             self._lingering.pop(shared.key, None)  # subscribed again
             encoded = self._encoding(shared)
             sub = Sub(conn, query_id, epoch, mode, shared.key)
@@ -581,15 +577,18 @@ class Hub:
                     "dematerialize one first"
                 )
             self._watch()
-            budget = limits.footprint_cap()
-            try:
-                shared = self.catalog.register(ast, budget)
-            except ResnapshotRequired as exc:  # its partitions are below the horizon
-                self._resnapshot(exc)
-                shared = self.catalog.register(ast, budget)
+            shared = self._register(ast, limits.footprint_cap())
             self._pins[shared.key] = ast
             self._lingering.pop(shared.key, None)
             return shared.key
+
+    def _register(self, ast, budget):
+        """Under the lock: the shared query of ``ast``, re-hydrating first if it must."""
+        try:
+            return self.catalog.register(ast, budget)
+        except ResnapshotRequired as exc:  # its partitions are below the horizon
+            self._resnapshot(exc)
+            return self.catalog.register(ast, budget)
 
     def unpin(self, key):
         """Stop keeping ``key`` warm; its query goes unless subscribed. True if it was pinned."""
