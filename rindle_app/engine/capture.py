@@ -8,6 +8,8 @@ engine, the ORM in any process, the admin, raw SQL from a shell.
 
 import hashlib
 
+from django.db import DatabaseError
+
 from .identifiers import quote
 
 OUTBOX = "_rindle_change_events"
@@ -113,6 +115,23 @@ def _install_sqlite(cursor, table):
 
 
 # --- PostgreSQL -------------------------------------------------------------
+
+
+def last_seq(tx):
+    """
+    Inside a write transaction, right after it captured rows: the seq of its last
+    outbox row. Postgres: the last value this session drew (the guard draws every
+    seq, below); SQLite: the greatest seq, since its one writer holds the database.
+    If it captured nothing (every change left its row as it was), a lower seq or None.
+    """
+    if tx.vendor != "postgresql":
+        return tx.scalar(f"SELECT MAX(seq) FROM {OUTBOX}")
+    try:
+        with tx.savepoint():  # currval fails in a session that never drew one
+            return tx.scalar(f"SELECT currval(pg_get_serial_sequence('{OUTBOX}', 'seq'))")
+    except DatabaseError:
+        return None
+
 
 NOTIFY_CHANNEL = "rindle_outbox"
 # The advisory lock key of the outbox fence (an arbitrary constant: "rindle" in ASCII).

@@ -60,6 +60,7 @@ from ..exceptions import (
     RoomFenced,
 )
 from ..ivm.compare import sort_key
+from .capture import last_seq
 from .changes import _value, apply_changes, keyed, parse_changes
 from .errors import InvalidInput
 from .identifiers import quote
@@ -255,7 +256,7 @@ def commit_room_flush(
             _fence(tx, doc, epoch)
         stored, skip = _admit(tx, source, offset, WHOLE_RUN, None, batch_hash)
         if skip:
-            return False, stored, 0
+            return False, stored, 0, None
         if cas:
             conflicts = _cas(tx, parsed)
             if conflicts:
@@ -265,6 +266,7 @@ def commit_room_flush(
                     conflicts=conflicts,
                 )
         rows = apply_changes(tx, parsed)
+        seq = last_seq(tx) if doc is not None and rows else None
         if doc is not None:
             advanced = _upsert_ledger(tx, doc, ledger)
             if lifecycle:
@@ -272,11 +274,11 @@ def commit_room_flush(
                 _advance_watermark(tx, doc, offset)
         cp = _advance(stored, offset, WHOLE_RUN, None, batch_hash, None, rows)
         _store(tx, source, cp)
-        return True, cp, rows
+        return True, cp, rows, seq
 
     commit = engine.write(write)
-    applied, cp, rows = commit.value
-    return SourceResult(applied, commit.cv, cp, rows)
+    applied, cp, rows, seq = commit.value
+    return SourceResult(applied, commit.cv, cp, rows, seq)
 
 
 def _fence(tx, doc, epoch):

@@ -67,6 +67,9 @@ class SourceResult:
     cv: int
     checkpoint: Checkpoint
     rows: int = 0
+    # A room flush that wrote rows: the seq of its last outbox row (a room skips the
+    # echo of its own flushes by it: ``realtime.room_host``); else None.
+    seq: int = None
 
 
 def position(offset, chunk_seq):

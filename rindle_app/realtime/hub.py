@@ -52,6 +52,13 @@ it, and a fault unpins it. A ``whileSubscribed`` one with an ``idleTtlMs`` linge
 its query stays that long after its last subscriber left (``linger_of``), at most
 DAEMON_MAX_PINS of them at once, and the hub thread tears it down once it is due.
 
+Feeds: a room (``realtime.room_server``) follows its footprint through ``follow``:
+the footprint's shared query is kept registered like a pin, its rows at the
+catalog's version are the room's load, and every later step hands the feed the
+query's net row changes with their version, under the lock (a feed only queues
+them). A schema change, a resnapshot or a fault ends a feed: it is called once
+with ``None`` and forgotten, and its query goes unless something else keeps it.
+
 Threading model. The hub's state (the catalog, ``conns``, every ``Conn`` field the
 hub writes, the encodings, the outgoing hand-overs) is touched only under
 ``Hub.lock``, by whichever thread holds it: the hub thread (``_run``: woken by a
@@ -206,6 +213,7 @@ class Hub:
         self._outgoing = {}  # event loop -> [(conn, frames)] not yet handed over
         self._pins = {}  # query key -> AST: kept registered without subscribers (``pin``)
         self._lingering = {}  # query key -> monotonic deadline: no subscriber, kept until then
+        self._feeds = {}  # query key -> [feed(ops, version)]: kept registered (``follow``)
         # Seconds a query lingers after its last subscriber left (a callable of its key;
         # the runtime gives the daemon plane's records), or None: never.
         self.linger_of = None
@@ -371,6 +379,7 @@ class Hub:
                         del conn.subs[qid]
                         self._drop(sub)
                 self._deliver(conn, frames)
+            self._end_feeds(affected)
             for key in affected:  # a query nobody subscribes to (a pinned one) goes too
                 self._forget(key)
             self._dispatch()
@@ -596,7 +605,7 @@ class Hub:
             if self._pins.pop(key, None) is None:
                 return False
             shared = self.catalog.queries.get(key)
-            if shared is not None and not shared.subscribers:
+            if shared is not None and not shared.subscribers and not self._kept(key):
                 self._forget(key)
             return True
 
@@ -631,6 +640,49 @@ class Hub:
             if shared.key != key:
                 self._pins[shared.key] = self._pins.pop(key)
 
+    # --- feeds ---------------------------------------------------------------------
+
+    def follow(self, ast, feed):
+        """
+        Keep the shared query of ``ast`` registered and call ``feed(ops, version)``
+        with its net row changes after every step that changed it (under the lock:
+        ``feed`` must only queue them), and ``feed(None, version)`` once if the query
+        goes (a schema change, a resnapshot, a fault). Returns ``(key, rows,
+        version)``: the query's key, its footprint as ``[(table, row)]`` and the
+        catalog version they stand at; every change after it reaches ``feed``. Past
+        ``WS_MAX_FOOTPRINT_ROWS`` rows it is refused (``LimitExceeded``).
+        """
+        with self.lock:
+            self._watch()
+            shared = self._register(ast, limits.footprint_cap())
+            self._feeds.setdefault(shared.key, []).append(feed)
+            self._lingering.pop(shared.key, None)
+            return shared.key, shared.view.footprint_rows(), self.catalog.version
+
+    def unfollow(self, key, feed):
+        """Stop calling ``feed``; its query goes unless something else keeps it."""
+        with self.lock:
+            feeds = self._feeds.get(key)
+            if feeds is None or feed not in feeds:
+                return
+            feeds.remove(feed)
+            if not feeds:
+                del self._feeds[key]
+            shared = self.live.catalog.queries.get(key) if self.live is not None else None
+            if shared is not None and not shared.subscribers and not self._kept(key):
+                self._forget(key)
+
+    def _end_feeds(self, keys):
+        """Under the lock: the feeds of ``keys`` are told their query goes, and dropped."""
+        version = self.catalog.version
+        for key in keys:
+            for feed in self._feeds.pop(key, ()):
+                _call(feed, None, version)
+
+    def _kept(self, key):
+        """True while a pin or a feed keeps ``key`` registered without a subscriber."""
+        return key in self._pins or key in self._feeds
+
     # --- commits -------------------------------------------------------------------
 
     def step(self):
@@ -645,6 +697,8 @@ class Hub:
                 return version
             per_conn = {}
             for key, ops in outputs.items():
+                for feed in self._feeds.get(key, ()):
+                    _call(feed, ops, version)
                 shared = self.catalog.queries.get(key)
                 if shared is None or not shared.subscribers:
                     continue
@@ -652,6 +706,7 @@ class Hub:
             for fault in faults:
                 self._encoded.pop(fault.key, None)
                 self._lingering.pop(fault.key, None)
+                self._end_feeds([fault.key])
                 if self._pins.pop(fault.key, None) is not None:
                     logger.warning("rindle hub: pinned query %s faulted; unpinned", fault.key)
                 for sub in fault.subscribers:
@@ -688,6 +743,7 @@ class Hub:
             self._deliver(conn, frames)
         self._encoded.clear()
         self._lingering.clear()  # gone with the old catalog
+        self._end_feeds(list(self._feeds))
         self.live.rehydrate(exc.reason)
         self._repin(list(self._pins))
         self._dispatch()
@@ -759,7 +815,7 @@ class Hub:
     def _drop(self, sub):
         self.catalog.detach(sub)
         shared = self.catalog.queries.get(sub.key)
-        if shared is not None and not shared.subscribers and sub.key not in self._pins:
+        if shared is not None and not shared.subscribers and not self._kept(sub.key):
             if not self._linger(sub.key):
                 self._forget(sub.key)
 
@@ -787,7 +843,7 @@ class Hub:
                     continue
                 del self._lingering[key]
                 shared = self.catalog.queries.get(key)
-                if shared is not None and not shared.subscribers and key not in self._pins:
+                if shared is not None and not shared.subscribers and not self._kept(key):
                     self._forget(key)
 
     # --- delivery ------------------------------------------------------------------
@@ -829,6 +885,13 @@ class Hub:
         retry = int(rindle_settings.WS_SHED_RETRY_MS)
         message = "the connection fell behind; re-subscribe"
         return [wire.query_error(qid, message, SHED, True, retry_after_ms=retry) for qid in ids]
+
+
+def _call(feed, ops, version):
+    try:
+        feed(ops, version)
+    except Exception:  # a feed's bug must not stop the hub
+        logger.exception("rindle hub: a feed failed")
 
 
 def _push_all(items):

@@ -343,11 +343,29 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 rooms.mutators_of(profile.name),
                 lambda e: rooms.load_footprint(e, profile, self._key),
                 footprint,
+                follow=self._follower(footprint),
             )
         self.room.subscribe(self, query_id, query, shape)
         early, self._early_lmid = self._early_lmid, None
         if early is not None:
             self.room.adopt_lmid(early)
+
+    def _follower(self, footprint):
+        """
+        ``follow(feed)`` for the room's boot: the footprint as a live query of this
+        process's hub (``Hub.follow``), its rows by table and the end of the feed.
+        """
+        hub = self._runtime.hub
+        ast = rooms.footprint_for(self._profile, self._key, None)
+
+        def follow(feed):
+            key, pairs, _version = hub.follow(ast, feed)
+            rows = {table: [] for table in footprint}
+            for table, row in pairs:
+                rows.setdefault(table, []).append(row)
+            return rows, lambda: hub.unfollow(key, feed)
+
+        return follow
 
     async def _unsubscribe(self, msg):
         query_id = msg.get("queryId")

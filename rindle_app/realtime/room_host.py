@@ -52,10 +52,22 @@ Soundness: after a successful flush, for every mid the room lmid covers within
 final verdict for it was applied, because a mid's outcome row and the lmid that
 covers it commit in the same flush, and a rebase re-derives both before it resends.
 
-Limits: the host only knows the rows it loaded and the images a conflict returned.
-A row written from outside that the room never writes stays stale in the host
-(a transport that subscribes the footprint should feed such changes in; not done
-here), and rows a mutator only reads are not CAS-checked.
+- **Outside writes.** ``absorb(ops, version)`` takes the database's images of
+  footprint rows that other writers changed (the transport feeds it the net row
+  changes of the footprint's live query, each step's with its version), between
+  flushes only. The host keeps them as a mirror of the database (from the load on),
+  and the room follows the mirror on every key except two kinds. A key this host
+  flushed after ``version`` (the seq of the flush's last outbox row,
+  ``SourceResult.seq``) waits for its echo: what is fed before it is older. A key a
+  pending mutation wrote keeps its room image, but a mirror image other than its
+  base becomes its base and the batch rebases at once, as on a CAS miss (a batch
+  that adds and removes a key sends nothing for it, so no CAS would catch that
+  later). Once a flushed key's echo is in, the key follows the mirror again, even
+  when no change of it was fed: its echo and a later outside write may cancel out
+  in one net batch. The differences are returned as corrections for the peers,
+  with the verdicts the rebase changed.
+
+Limits: rows a mutator only reads are not CAS-checked.
 
 Threading model: a host is not thread-safe. One caller at a time (the transport
 holds the room's lock) makes every call, off the event loop: ``boot``, ``mutate``
@@ -346,6 +358,8 @@ class RoomHost:
         self._judged = None  # during a rebase: (pending, the verdict its client was told)
         self._flight = None  # the flush between begin_flush and end_flush
         self._since = None  # the keys mutations wrote while it was in flight
+        self._written = {}  # (table, key) -> seq of this host's last flush of it (``absorb``)
+        self._mirror = {}  # (table, key) -> row: the database's as last fed (``absorb``)
 
     @property
     def pending(self):
@@ -385,6 +399,7 @@ class RoomHost:
                 for row in rows:
                     row = self._tables.full(meta, row)
                     self._state[(name, self._tables.key(meta, row))] = row
+            self._mirror = dict(self._state)
         except BaseException as exc:
             self.closed = f"its load failed ({type(exc).__name__}: {exc})"
             self._drop()
@@ -605,7 +620,10 @@ class RoomHost:
             ):
                 self._close(f"source {self.source!r} is at {stored.offset}, not this host's")
             self._seq += 1
+            seq = flight.commit.seq
             for slot, image in flight.images.items():
+                if seq is not None:
+                    self._written[slot] = seq
                 if slot in since:  # written again meanwhile: based on what is durable now
                     self._base[slot] = image
                 else:
@@ -621,7 +639,7 @@ class RoomHost:
             if self._shown is None:  # what peers were shown, and told, before any rebase
                 self._judged = [(p, p.verdict) for p in self._pending]
                 self._shown = {slot: self._state.get(slot) for slot in self._base}
-            self._rebase(exc.details.get("conflicts") or [])
+            self._rebase(self._conflicts(exc.details.get("conflicts") or []))
             result.rebases = 1
             if report:
                 self._report(result)
@@ -632,6 +650,51 @@ class RoomHost:
         if isinstance(exc, Unavailable):
             self._close(f"a flush's outcome is unknown ({exc})")
         self._close(f"a flush failed ({type(exc).__name__}: {exc})")
+
+    def absorb(self, ops, version):
+        """
+        Take the database's images of footprint rows other writers changed: ``ops``
+        are the footprint query's net row changes (``{table, op, row | old, new}``)
+        up to ``version``; see the module. A ``FlushResult`` (not flushed) whose
+        corrections are what the peers must be shown, and whose verdicts are those
+        a rebase changed.
+        """
+        self._open()
+        if self._flight is not None:
+            raise InvalidInput("a flush is in flight: absorb after it ended")
+        touched = set()
+        for op in ops:
+            meta = self._tables.get(op["table"])
+            image = op["new"] if op["op"] == "edit" else op["row"] if op["op"] == "add" else None
+            slot = (meta.name, self._tables.key(meta, op["row"] if image is None else image))
+            if image is None:
+                self._mirror.pop(slot, None)
+            else:
+                self._mirror[slot] = self._tables.full(meta, image)
+            touched.add(slot)
+        for slot, seq in list(self._written.items()):
+            if seq <= version:  # its echo is in: from now on the mirror is its image
+                del self._written[slot]
+                touched.add(slot)
+        result, conflicts = FlushResult(False), {}
+        for slot in touched:
+            if slot in self._written:
+                continue  # this host flushed it after ``version``: the change is older
+            image = self._mirror.get(slot)
+            if slot in self._base:
+                if not _same(self._base[slot], image):
+                    conflicts[slot] = image  # a pending mutation wrote it: rebase on it
+                continue
+            change = _op(slot[0], self._state.get(slot), image)
+            if change is not None:
+                self._set(slot, image)
+                result.corrections.append(change)
+        if conflicts:
+            self._judged = [(p, p.verdict) for p in self._pending]
+            self._shown = {slot: self._state.get(slot) for slot in self._base}
+            self._rebase(conflicts)
+            self._report(result)
+        return result
 
     def _batch(self):
         """The flush's changes (net effects, ledger co-edits, outcomes) and its lmids."""
@@ -673,16 +736,23 @@ class RoomHost:
             changes.append({"table": CLIENT_LEDGER, "op": "add", "row": row})
         return changes, lmids
 
-    def _rebase(self, conflicts):
-        """Re-run the batch on its base images, the conflicting keys at the database's."""
-        for slot, before in self._base.items():
-            self._set(slot, before)
-        self._base = {}
+    def _conflicts(self, conflicts):
+        """A CAS miss's conflicts as ``{(table, key): the database's image or None}``."""
+        out = {}
         for conflict in conflicts:
             meta = self._tables.get(conflict["table"])
             slot = (meta.name, self._tables.key(meta, conflict["key"]))
             current = conflict.get("current")
-            self._set(slot, None if current is None else self._tables.full(meta, current))
+            out[slot] = None if current is None else self._tables.full(meta, current)
+        return out
+
+    def _rebase(self, images):
+        """Re-run the batch on its base images, the keys of ``images`` at those."""
+        for slot, before in self._base.items():
+            self._set(slot, before)
+        self._base = {}
+        for slot, image in images.items():
+            self._set(slot, image)
         for p in self._pending:
             if p.verdict == DEOPT:
                 continue

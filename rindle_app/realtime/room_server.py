@@ -27,12 +27,20 @@ verdict it changed reaches its client as a ``mutationOutcome``. A fenced or fail
 host closes its room: the sockets are closed with 4503 (retry), and their clients'
 next lease boots a new host, which absorbs what is durable.
 
+A room follows what other writers commit to its footprint (``LiveRoom.following``):
+the footprint is a live query of the process's hub, whose rows at boot are the
+room's load and whose later row changes the hub hands over as they commit. The
+flusher applies them between flushes (``RoomHost.absorb``) and broadcasts them
+like mutations: a plain ORM save, an admin edit or a main-path mutation of a row in
+the room reaches the room's sockets within a hub step. If the hub drops the query
+(a schema change, a resnapshot) the room closes, so its clients lease again.
+
 Limits: a room lives in ONE process. Two processes serving one doc fence each other
 in turn (correct, since every flush is fenced and CAS-checked, but slow); route a
-doc's sockets to one process. Rows written to the footprint from outside the room
-reach it only through a CAS miss.
+doc's sockets to one process.
 """
 
+import collections
 import logging
 import threading
 import time
@@ -126,6 +134,54 @@ class LiveRoom:
         self.flushed = None  # the offset of this host's last committed flush
         self.draining = False  # a downgrade fences on the next flush (see drain)
         self.seal_by = None
+        self._outside = collections.deque()  # (ops, version) fed by the hub; None: it ended
+        self._unfollow = None
+
+    def following(self, follow):
+        """
+        A host ``load`` that follows the footprint: ``follow(feed)`` returns the
+        footprint's rows ``{table: [rows]}`` and a function that ends the feed; the
+        feed queues what the hub hands over (on the hub's thread, under its lock).
+        """
+
+        def load(engine):
+            rows, self._unfollow = follow(self._feed)
+            return rows
+
+        return load
+
+    def _feed(self, ops, version):
+        self._outside.append(None if ops is None else (ops, version))
+        if self.wake is not None:
+            self.wake()
+
+    def absorb(self):
+        """Apply and broadcast what other writers changed in the footprint (not mid-flush)."""
+        if self._outside:
+            with self.lock:
+                self._absorb()
+
+    def _absorb(self):
+        while self._outside and not self.closed and not self.host.in_flight:
+            item = self._outside.popleft()
+            if item is None:
+                logger.info("rindle room %r: its footprint query ended; closing", self.doc)
+                self._close()
+                return
+            try:
+                result = self.host.absorb(*item)
+            except RoomClosed:
+                self._close()
+                return
+            self._after_flush(result)
+
+    def stop_following(self):
+        unfollow, self._unfollow = self._unfollow, None
+        if unfollow is not None:
+            try:
+                unfollow()
+            except Exception:
+                logger.exception("rindle room %r: ending its feed failed", self.doc)
 
     def boot(self, tables):
         self.host.boot()
@@ -275,6 +331,7 @@ class LiveRoom:
                     self._landed.notify_all()
                 if result is not None:
                     self._after_flush(result)
+                self._absorb()
         return result
 
     def _settle(self):
@@ -374,6 +431,7 @@ class LiveRoom:
         if self.closed:
             return
         self.closed = True
+        self.stop_following()
         for socket in list(self.sockets):
             socket.close_later(CLOSE_RETRY)
 
@@ -421,14 +479,24 @@ class RoomRegistry:
         self._wake = threading.Event()
         self._thread = None
 
-    def join(self, socket, doc, profile, key, mutators, load, tables):
-        """The doc's live room with ``socket`` in it, booting it if needed."""
+    def join(self, socket, doc, profile, key, mutators, load, tables, follow=None):
+        """
+        The doc's live room with ``socket`` in it, booting it if needed: from
+        ``load(engine)``, or following the footprint with ``follow`` (see
+        ``LiveRoom.following``) when given.
+        """
         with self._lock:
             room = self._rooms.get(doc)
             if room is None or room.closed:
-                host = RoomHost(self.engine, doc, mutators=mutators, load=load)
-                room = LiveRoom(self.engine, doc, host, wake=self._wake.set)
-                room.boot(tables)
+                room = LiveRoom(self.engine, doc, None, wake=self._wake.set)
+                if follow is not None:
+                    load = room.following(follow)
+                room.host = RoomHost(self.engine, doc, mutators=mutators, load=load)
+                try:
+                    room.boot(tables)
+                except BaseException:
+                    room.stop_following()
+                    raise
                 self._rooms[doc] = room
                 self._start()
             with room.lock:
@@ -447,6 +515,7 @@ class RoomRegistry:
                 if room.sockets:
                     return  # someone joined meanwhile
                 room.closed = True
+                room.stop_following()
             if self._rooms.get(room.doc) is room:
                 del self._rooms[room.doc]
 
@@ -496,6 +565,7 @@ class RoomRegistry:
                     self._sealing.pop(room.doc, None)
             for room in list(self._rooms.values()):
                 try:
+                    room.absorb()
                     room.flush()
                 except RindleError:
                     logger.warning("rindle room %r: a flush failed", room.doc, exc_info=True)

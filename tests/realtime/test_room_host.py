@@ -813,3 +813,192 @@ def test_a_mutation_reaches_peers_while_a_flush_is_being_written(room, monkeypat
     assert live.flush().flushed and live.host.pending == 0
     assert db_rows() == [{"id": "r1", "label": "a", "n": 0}, {"id": "r2", "label": "b", "n": 0}]
     assert room.room_lmids(DOC, ["c1", "c2"]) == {"c1": 1, "c2": 1}
+
+
+# --- outside writes: the footprint's changes fed in ---------------------------------------
+
+
+class Feed:
+    """The hub's feed of one prefix's rows, from the outbox: net changes per batch."""
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+        self.fed = all_rows("SELECT COALESCE(MAX(seq), 0) FROM _rindle_change_events")[0][0]
+
+    def _tail(self):
+        import json
+
+        out = []
+        for seq, old, new in all_rows(
+            'SELECT seq, old, new FROM _rindle_change_events WHERE seq > %s AND "table" = %s '
+            "ORDER BY seq",
+            [self.fed, TABLE],
+        ):
+            old, new = (json.loads(v) if isinstance(v, str) else v for v in (old, new))
+            if (old or new)["id"].startswith(self.prefix):
+                out.append((seq, old, new))
+        return out
+
+    def since(self, floors):
+        """
+        Per key, every image it had at the fed version or after, and at or after its
+        floor (the seq of the host's last flush of it): what the host may show.
+        """
+        now = {r["id"]: r for r in db_rows() if r["id"].startswith(self.prefix)}
+        seen = {key: [row] for key, row in now.items()}
+        fed, self.fed = self.fed, min([self.fed, *floors.values()])
+        try:
+            tail = self._tail()
+        finally:
+            self.fed = fed
+        for seq, old, new in reversed(tail):
+            key = (old or new)["id"]
+            if seq > max(fed, floors.get(key, 0)):
+                seen.setdefault(key, [None]).append(old)
+        return seen
+
+    def behind(self):
+        """True while a captured row is not fed yet."""
+        return bool(self._tail())
+
+    def next(self, take=None):
+        """``(ops, version)`` of the next ``take`` captured rows (all: None), or None."""
+        tail = self._tail()
+        if not tail:
+            return None
+        tail = tail[: take or len(tail)]
+        first, last = {}, {}
+        for _seq, old, new in tail:
+            key = (old or new)["id"]
+            first.setdefault(key, old)
+            last[key] = new
+        ops = []
+        for key, old in first.items():
+            new = last[key]
+            if old is None and new is not None:
+                ops.append({"table": TABLE, "op": "add", "row": new})
+            elif new is None and old is not None:
+                ops.append({"table": TABLE, "op": "remove", "row": old})
+            elif old is not None:
+                ops.append({"table": TABLE, "op": "edit", "old": old, "new": new})
+        self.fed = tail[-1][0]
+        return ops, self.fed
+
+
+def test_an_outside_write_is_absorbed_and_the_echo_of_a_flush_is_not(room):
+    h = host(room, prefix="ab-")
+    feed = Feed("ab-")
+    h.mutate("c1", 1, "put", {"id": "ab-1", "label": "room"})
+    h.flush()
+    h.mutate("c1", 2, "put", {"id": "ab-1", "label": "newer"})
+    h.flush()
+    # The echoes of both flushes, split: the older one must not put "room" back.
+    ops, version = feed.next(1)
+    assert h.absorb(ops, version).corrections == [] and h.rows(TABLE)[0]["label"] == "newer"
+    assert h.absorb(*feed.next()).corrections == []
+    external(room, f'UPDATE "{TABLE}" SET n = 2 WHERE id = %s', ["ab-1"])
+    external(room, f'INSERT INTO "{TABLE}" (id, label, n) VALUES (%s, %s, 1)', ["ab-2", "ext"])
+    peers = h.absorb(*feed.next()).corrections
+    assert sorted((c["op"], (c.get("new") or c["row"])["n"]) for c in peers) == [
+        ("add", 1),
+        ("edit", 2),
+    ]
+    assert same_rows(h, "ab-")
+    # A row a pending mutation wrote: the batch rebases on the outside image at once,
+    # and the peers are shown the difference (here, the mutation now capped).
+    h.mutate("c1", 3, "inc", {"id": "ab-1"})  # n 2 -> capped: rejected
+    h.mutate("c1", 4, "inc", {"id": "ab-2"})  # n 1 -> 2
+    external(room, f'UPDATE "{TABLE}" SET label = %s, n = 2 WHERE id = %s', ["ext2", "ab-2"])
+    result = h.absorb(*feed.next())
+    assert [(v.mid, v.before, v.after) for v in result.verdicts] == [(4, "applied", "rejected")]
+    assert [(c["old"]["label"], c["new"]["label"]) for c in result.corrections] == [("ext", "ext2")]
+    flushed = h.flush()
+    assert flushed.flushed and flushed.rebases == 0
+    assert feed.next() is None  # both rejected now: the flush wrote outcomes, no row
+    assert same_rows(h, "ab-")
+    # A key added and removed in one batch sends nothing, yet an outside insert of it
+    # between the two is not lost.
+    h.mutate("c1", 5, "put", {"id": "ab-3", "label": "room"})
+    external(room, f'INSERT INTO "{TABLE}" (id, label, n) VALUES (%s, %s, 0)', ["ab-3", "x"])
+    h.absorb(*feed.next())
+    h.mutate("c1", 6, "drop", {"id": "ab-3"})
+    h.flush()
+    h.absorb(*feed.next())
+    assert same_rows(h, "ab-")
+
+
+FEED_EXAMPLES = [0]
+feed_step = st.one_of(
+    st.tuples(st.just("mutate"), st.sampled_from(("put", "inc", "drop")), st.integers(0, 3)),
+    st.tuples(
+        st.just("external"), st.sampled_from(("label", "n", "delete", "insert")), st.integers(0, 3)
+    ),  # fmt: skip
+    st.just(("flush",)),
+    st.tuples(st.just("feed"), st.integers(1, 4)),
+)
+
+
+@hsettings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(feed_step, min_size=5, max_size=30))
+def test_a_room_fed_its_footprint_ends_equal_to_the_database(room, steps):
+    """
+    Room mutations, outside writes to any row (touched by the room or not, new or
+    deleted), flushes and the footprint's changes fed in batches of any size, in
+    any interleaving: once everything is flushed and fed, the room holds exactly
+    the database's rows, and whenever nothing is pending after a feed of all that
+    committed, too.
+    """
+    FEED_EXAMPLES[0] += 1
+    prefix = f"fd{FEED_EXAMPLES[0]}-"
+    keys = [f"{prefix}{i}" for i in range(4)]
+    external(room, f'INSERT INTO "{TABLE}" (id, label, n) VALUES (%s, %s, 0)', [keys[0], "o"])
+    h = host(room, doc=f"feed/{FEED_EXAMPLES[0]}", prefix=prefix)
+    feed = Feed(prefix)
+    mid, floors = 0, {}
+    for s in steps:
+        if s[0] == "mutate":
+            mid += 1
+            h.mutate("c1", mid, s[1], {"id": keys[s[2]], "label": "m"})
+        elif s[0] == "external":
+            what, key = s[1], keys[s[2]]
+            if what == "insert":
+                sql = f'INSERT INTO "{TABLE}" (id, label, n) VALUES (%s, %s, 0) '
+                sql += "ON CONFLICT DO NOTHING"
+                external(room, sql, [key, "x"])
+            elif what == "delete":
+                external(room, f'DELETE FROM "{TABLE}" WHERE id = %s', [key])
+            elif what == "n":
+                external(room, f'UPDATE "{TABLE}" SET n = (n + 1) %% 3 WHERE id = %s', [key])
+            else:
+                external(room, f'UPDATE "{TABLE}" SET label = %s WHERE id = %s', ["e", key])
+        elif s[0] == "flush":
+            before = feed.fed
+            feed.fed = all_rows("SELECT COALESCE(MAX(seq), 0) FROM _rindle_change_events")[0][0]
+            h.flush()
+            for seq, old, new in feed._tail():  # only the flush writes meanwhile
+                floors[(old or new)["id"]] = seq
+            feed.fed = before
+        else:
+            batch = feed.next(s[1])
+            if batch is not None:
+                h.absorb(*batch)
+            if not h.pending:  # never older than what was fed (say, an old echo)
+                images = feed.since(floors)
+                mine = {r["id"]: r for r in h.rows(TABLE)}
+                for key in set(images) | set(mine):
+                    assert mine.get(key) in images.get(key, [None]), key
+            if not h.pending and not feed.behind():
+                assert same_rows(h, prefix)
+    for _ in range(5):
+        h.flush()
+        batch = feed.next()
+        if batch is not None:
+            h.absorb(*batch)
+        if not h.pending:
+            break
+    assert not h.pending
+    assert same_rows(h, prefix)

@@ -380,3 +380,71 @@ async def test_a_rejection_with_field_errors_reaches_its_socket_with_the_details
     assert list(outcome["details"]) == ["updatedAt"] and outcome["details"]["updatedAt"]
     assert (await db(issue_row)())[0] == "first"
     await a.close()
+
+
+def outside_writes(status):
+    """A plain ORM write (another code path than the room) and a new comment."""
+    demo.Issue.objects.filter(id=ISSUE).update(status=status, updated_at=9)
+    demo.Comment.objects.create(id="c2", issue_id=ISSUE, author_id="u1", body="x", created_at=3)
+
+
+async def until_rows(socket, table, predicate, seconds=5, seen=None):
+    """
+    Frames (after ``seen``) until one of ``table``'s rows in them satisfies
+    ``predicate``; fails after ``seconds``.
+    """
+    import asyncio
+
+    seen = [] if seen is None else seen
+    deadline = time.monotonic() + seconds
+    while not any(predicate(r) for r in rows(seen, table)):
+        left = deadline - time.monotonic()
+        try:
+            seen.append(await asyncio.wait_for(socket.recv(), max(left, 0)))
+        except TimeoutError:
+            raise AssertionError(f"no {table} row matched in {seconds}s: {seen}") from None
+    return seen
+
+
+async def test_a_write_from_outside_the_room_reaches_the_room_at_once(people):
+    """
+    An open room follows what other code paths write to its footprint: an ORM update
+    of the doc's row and a new row under it reach every room socket without a room
+    mutation, and a later room mutation of the same row keeps the outside write.
+    """
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    a, _ = await room_socket("A", (await db(lease)(ada, "A"))["realtime"]["roomToken"])
+    b, _ = await room_socket("B", rt["roomToken"])
+    started = time.monotonic()
+    await db(outside_writes)("review")
+    for socket in (a, b):
+        seen = await until_rows(socket, "issue", lambda r: r[2] == "review")
+        await until_rows(socket, "comment", lambda r: r[0] == "c2", seen=seen)
+    assert time.monotonic() - started < 2
+    await a.send(push(1, "editTitle", id=ISSUE, title="after", updatedAt=10))
+    await until_rows(b, "issue", lambda r: r[1] == "after" and r[2] == "review")
+    deadline = time.monotonic() + 5
+    while await db(issue_row)() != ("after", "review", 10):
+        assert time.monotonic() < deadline, await db(issue_row)()
+        await a.recv()
+    await a.close()
+    await b.close()
+
+
+async def test_a_room_whose_footprint_query_ends_closes_its_sockets_to_retry(people):
+    """A migration of a footprint table ends the room's feed: its sockets get 4503."""
+    from rindle_app.runtime import get_runtime
+
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    a, _ = await room_socket("A", (await db(lease)(ada, "A"))["realtime"]["roomToken"])
+    await db(get_runtime().hub._on_schema_change)("comment")  # what a migration calls
+    while True:
+        out = await a.comm.receive_output(timeout=3)
+        if out["type"] == "websocket.close":
+            break
+    assert out["code"] == 4503
+    assert rt
