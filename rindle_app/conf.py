@@ -54,8 +54,8 @@ DEFAULTS = {
     "ROOM_SESSION_GRACE": 120,
     # Whether this process hosts rooms: a labelled query's lease is room-served (its
     # clients exchange mutations through /ws/rindle/room/) once ROOM_MIN_SESSIONS
-    # clients lease its doc. A room lives in one process: off by default, turn it on
-    # where a doc's sockets reach one process (one server, or sticky routing).
+    # clients lease its doc. A room lives in one process; in a fleet the others relay
+    # its sockets there through a channel layer that reaches every process (Redis).
     "ROOMS_ENABLED": False,
     "ROOM_MIN_SESSIONS": 2,
     # A room flushes as soon as a mutation is pending (what arrives meanwhile goes in

@@ -128,6 +128,9 @@ class RoomPlacement(models.Model):
 
     doc = models.TextField(primary_key=True)
     epoch = models.BigIntegerField()
+    # The channel of the process whose room holds the epoch (rooms route a doc's
+    # sockets there: realtime.room_router); empty for a claim made over HTTP.
+    host = models.TextField(null=True, blank=True)
 
     class Meta:
         db_table = "_rindle_room_placement"

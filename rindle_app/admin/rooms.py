@@ -32,7 +32,7 @@ class RoomWatermarkAdmin(ReadOnlyAdmin):
 class RoomPlacementAdmin(ReadOnlyAdmin):
     """Room placements, and the listings of the room tables keyed by several columns."""
 
-    list_display = ("doc", "epoch")
+    list_display = ("doc", "epoch", "host")
     search_fields = ("doc",)
     ordering = ("doc",)
     list_per_page = 100

@@ -358,11 +358,17 @@ class Engine:
 
         return refresh_run_id(self, source, offset, previous_run_id, next_run_id)
 
-    def claim_room_epoch(self, doc):
+    def claim_room_epoch(self, doc, host=None):
         """Bump ``doc``'s placement epoch once and return it; see ``engine.rooms``."""
         from .rooms import claim_room_epoch
 
-        return claim_room_epoch(self, doc)
+        return claim_room_epoch(self, doc, host)
+
+    def room_placement(self, doc):
+        """``(epoch, host)`` of ``doc`` (``(None, None)``: never claimed)."""
+        from .rooms import room_placement
+
+        return room_placement(self.using, doc)
 
     def room_epoch(self, doc):
         """``doc``'s committed placement epoch (None: never claimed)."""

@@ -5,7 +5,9 @@ flushes with their fence, batch identity and compare-and-swap preconditions.
 - ``claim_room_epoch(doc)`` bumps ``_rindle_room_placement`` once, in one write
   transaction: the new epoch fences every flush that carries an older one.
   ``room_epoch(doc)`` is None for a doc never claimed, so any fence-bearing flush
-  for it is stale.
+  for it is stale. A claim may name its ``host``: the channel of the process whose
+  room holds the epoch, where other processes route the doc's sockets
+  (``realtime.room_router``); a claim made without one (over HTTP) clears it.
 - ``room_lmids(doc, clients)`` reads the room ledger ``_rindle_room_client_mutations``
   keyed ``(doc, client_id)``: what lets a rebooted room absorb mutations that are
   already durable instead of applying them twice. It never reads the slow-path
@@ -133,14 +135,28 @@ def _client(value, i):
 # --- placement --------------------------------------------------------------------------
 
 
-def claim_room_epoch(engine, doc):
-    """Bump ``doc``'s placement epoch once (1 for a first claim) and return it."""
+def claim_room_epoch(engine, doc, host=None):
+    """
+    Bump ``doc``'s placement epoch once (1 for a first claim) and return it, with
+    ``host`` (a channel name, or None) as the process that holds it.
+    """
     _doc(doc)
+    if host is not None and (not isinstance(host, str) or not host or len(host) > MAX_TEXT):
+        raise InvalidInput("a room host is a channel name of at most 255 characters")
     sql = (
-        f"INSERT INTO {ROOM_PLACEMENT} (doc, epoch) VALUES (%s, 1) ON CONFLICT (doc) "
-        f"DO UPDATE SET epoch = {ROOM_PLACEMENT}.epoch + 1 RETURNING epoch"
+        f"INSERT INTO {ROOM_PLACEMENT} (doc, epoch, host) VALUES (%s, 1, %s) ON CONFLICT (doc) "
+        f"DO UPDATE SET epoch = {ROOM_PLACEMENT}.epoch + 1, host = excluded.host RETURNING epoch"
     )
-    return engine.write(lambda tx: tx.scalar(sql, [doc])).value
+    return engine.write(lambda tx: tx.scalar(sql, [doc, host])).value
+
+
+def room_placement(using, doc):
+    """``(epoch, host)`` of ``doc`` as committed; ``(None, None)`` when never claimed."""
+    _doc(doc)
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT epoch, host FROM {ROOM_PLACEMENT} WHERE doc = %s", [doc])
+        row = cursor.fetchone()
+    return (None, None) if row is None else (row[0], row[1])
 
 
 def room_epoch(using, doc):

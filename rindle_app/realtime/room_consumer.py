@@ -143,6 +143,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_RETRY)
             return
         self._loop = asyncio.get_running_loop()
+        self._runtime.rooms.start_routing(self._loop)
         self._outbox = asyncio.Queue()
         self._budget = limits.FrameBudget(time.monotonic())
         self._sender = asyncio.ensure_future(self._send_frames())

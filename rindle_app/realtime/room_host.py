@@ -331,7 +331,7 @@ class RoomHost:
     flushes' change source (``"room:" + doc`` by default).
     """
 
-    def __init__(self, engine, doc, *, mutators, load, source=None):
+    def __init__(self, engine, doc, *, mutators, load, source=None, host=None):
         if not isinstance(doc, str) or not doc or len(doc) > MAX_TEXT:
             raise InvalidInput(f"doc must be a non-empty string of at most {MAX_TEXT} characters")
         if not isinstance(mutators, dict) or not all(callable(f) for f in mutators.values()):
@@ -339,6 +339,7 @@ class RoomHost:
         self.engine = engine
         self.doc = doc
         self.source = source or f"room:{doc}"
+        self.host = host  # the channel its epoch's claim names (``engine.rooms``)
         self._mutators = dict(mutators)
         self._load = load
         self._tables = _Tables(engine)
@@ -386,7 +387,7 @@ class RoomHost:
         self._open()
         if self.epoch is not None:
             raise InvalidInput("a room host boots once")
-        self.epoch = self.engine.claim_room_epoch(self.doc)
+        self.epoch = self.engine.claim_room_epoch(self.doc, self.host)
         if self.epoch >= MAX_EPOCH:
             self._close(f"epoch {self.epoch} is past the offset space")
         try:

@@ -35,9 +35,11 @@ like mutations: a plain ORM save, an admin edit or a main-path mutation of a row
 the room reaches the room's sockets within a hub step. If the hub drops the query
 (a schema change, a resnapshot) the room closes, so its clients lease again.
 
-Limits: a room lives in ONE process. Two processes serving one doc fence each other
-in turn (correct, since every flush is fenced and CAS-checked, but slow); route a
-doc's sockets to one process.
+A room lives in ONE process. In a fleet the room's claim names this process's
+channel, and other processes relay their sockets of the doc to it
+(``realtime.room_router``). Without a channel layer that reaches them, two
+processes serving one doc fence each other in turn (correct, since every flush is
+fenced and CAS-checked, but slow).
 """
 
 import collections
@@ -478,20 +480,45 @@ class RoomRegistry:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = None
+        self.router = None  # room_router.RoomRouter, once a socket started it
+
+    def start_routing(self, loop):
+        """
+        Route rooms through the channel layer, on ``loop`` (the server's; call it on
+        that loop). Without a layer that reaches other processes, rooms stay local.
+        """
+        router = self.router
+        if router is not None and not router.loop.is_closed():
+            return
+        from .room_router import RoomRouter, routing_layer
+
+        layer = routing_layer()
+        if layer is not None:
+            router = RoomRouter(self, layer)
+            router.start(loop)
+            self.router = router
 
     def join(self, socket, doc, profile, key, mutators, load, tables, follow=None):
         """
         The doc's live room with ``socket`` in it, booting it if needed: from
         ``load(engine)``, or following the footprint with ``follow`` (see
-        ``LiveRoom.following``) when given.
+        ``LiveRoom.following``) when given. In a fleet, the doc's room in another
+        process (a ``room_router.RemoteRoom``) when that process hosts it.
         """
+        router = self.router
+        room = self._rooms.get(doc)
+        if router is not None and (room is None or room.closed):
+            remote = router.route(doc, socket)
+            if remote is not None:
+                return remote
         with self._lock:
             room = self._rooms.get(doc)
             if room is None or room.closed:
                 room = LiveRoom(self.engine, doc, None, wake=self._wake.set)
                 if follow is not None:
                     load = room.following(follow)
-                room.host = RoomHost(self.engine, doc, mutators=mutators, load=load)
+                host = router.named() if router is not None else None
+                room.host = RoomHost(self.engine, doc, mutators=mutators, load=load, host=host)
                 try:
                     room.boot(tables)
                 except BaseException:
@@ -505,6 +532,9 @@ class RoomRegistry:
 
     def leave(self, socket, room):
         """``socket`` went away; the room's last socket flushes (seals) and drops it."""
+        if not isinstance(room, LiveRoom):  # served by another process: tell it
+            room.leave()
+            return
         if not room.leave(socket):
             return
         room.flush(wait=True)
@@ -585,6 +615,8 @@ class RoomRegistry:
 
     def close(self):
         """Stop the flusher, flush every room (their last chance) and drop them."""
+        if self.router is not None:
+            self.router.close()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:

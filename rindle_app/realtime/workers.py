@@ -89,6 +89,11 @@ def run_hub(fn, *args, **kwargs):
     return _run("hub", fn, args, kwargs)
 
 
+def submit_db(fn, *args):
+    """Queue ``fn(*args)`` on a database worker thread; a ``concurrent.futures.Future``."""
+    return pool("db").submit(_call, fn, args, {})
+
+
 def submit_hub(fn, *args):
     """Queue ``fn(*args)`` on a hub worker thread; a ``concurrent.futures.Future``."""
     return pool("hub").submit(_call, fn, args, {})

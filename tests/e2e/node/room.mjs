@@ -6,6 +6,7 @@
 // script reports what each view shows and how long the peer took to see each edit.
 //
 // usage: node room.mjs --api HTTP_URL --ws WS_URL --issue ID --edits N [--cookie C]
+//   [--api-b HTTP_URL --ws-b WS_URL]: client B on another server (a fleet)
 // prints one JSON line: {roomsA, roomsB, titleA, titleB, receiptsMs, anomalies, rejected}
 
 import { parseArgs } from "node:util";
@@ -19,6 +20,8 @@ const { values: opts } = parseArgs({
   options: {
     api: { type: "string" },
     ws: { type: "string" },
+    "api-b": { type: "string" },
+    "ws-b": { type: "string" },
     issue: { type: "string" },
     edits: { type: "string", default: "10" },
     cookie: { type: "string", default: "" },
@@ -28,12 +31,12 @@ const { values: opts } = parseArgs({
     burst: { type: "string", default: "0" },
   },
 });
-const origin = new URL(opts.api).origin;
 const CSRF = "k".repeat(32);
 
 globalThis.WebSocket = class RoomJudgeWebSocket extends NodeWebSocket {
   constructor(url, protocols) {
-    const headers = { Origin: origin };
+    // The page's origin is the server's own (each client may have its own server).
+    const headers = { Origin: `http://${new URL(url).host}` };
     if (opts.cookie) headers.Cookie = opts.cookie;
     super(url, protocols, { headers });
   }
@@ -46,7 +49,7 @@ setTimeout(() => {
   process.exit(1);
 }, 50_000).unref();
 
-function client(clientID) {
+function client(clientID, api = opts.api, ws = opts.ws) {
   const fetchWithSession = (url, init) => {
     const headers = { ...init.headers, "X-CSRFToken": CSRF };
     headers.Cookie = [opts.cookie, `csrftoken=${CSRF}`].filter(Boolean).join("; ");
@@ -55,8 +58,8 @@ function client(clientID) {
   return createRindleClient({
     schema,
     mutators: mutators("ada"),
-    api: { url: opts.api, fetch: fetchWithSession },
-    daemon: { wsUrl: opts.ws },
+    api: { url: api, fetch: fetchWithSession },
+    daemon: { wsUrl: ws },
     clientID,
     onRejected: (envelope, reason) => rejected.push({ clientID, mid: envelope.mid, reason }),
     realtime: {
@@ -83,7 +86,7 @@ const title = (view) => view.data?.title;
 const a = await client("room-a");
 const viewA = a.store.materialize(issueDetail(opts.issue));
 await a.ensure(issueDetail(opts.issue));
-const b = await client("room-b");
+const b = await client("room-b", opts["api-b"] || opts.api, opts["ws-b"] || opts.ws);
 const viewB = b.store.materialize(issueDetail(opts.issue));
 await b.ensure(issueDetail(opts.issue));
 if (!opts["no-room"]) {
