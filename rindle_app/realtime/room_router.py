@@ -21,9 +21,12 @@ layer is internal, like the database.
 What can go wrong, and what happens:
 
 - The host dies. A relaying process pings each host it relays to every
-  ``PING_SECONDS``. With no answer within ``ATTACH_SECONDS``, its sockets there are
+  ``PING_SECONDS``. With no answer within ``PING_TIMEOUT``, its sockets there are
   closed with 4503: their clients lease again, and the next join boots the room in
-  a live process (the next epoch).
+  a live process (the next epoch). Pings are answered at once, never queued behind
+  the host's work, so a busy host is not taken for a dead one.
+- The relaying process dies. The host pings it the same way, and drops the sockets
+  it served for it from their rooms (a room whose last socket goes is flushed).
 - The host's room closes (fenced, failed, drained): its remote sockets are closed
   with 4503 like local ones.
 - A message cannot be sent (``ChannelFull``: the other end is not keeping up). A
@@ -34,8 +37,9 @@ What can go wrong, and what happens:
 
 The channel layer must reach every process (``channels_redis``). With the
 in-memory layer, or none, each process hosts its own rooms, as without a fleet.
-Messages to one channel are handled in order, one at a time: a socket's frames
-never overtake each other, at the cost of one relay queue per process.
+Messages to one channel are handled in order (answers, pings and frames at once,
+the host's work one message at a time on a worker thread): a socket's frames never
+overtake each other, at the cost of one relay queue per process.
 """
 
 import asyncio
@@ -51,8 +55,9 @@ from . import wire, workers
 logger = logging.getLogger("rindle.rooms")
 
 PREFIX = "rindle.rooms."
-ATTACH_SECONDS = 1.0  # how long a host has to answer a join or a ping
-PING_SECONDS = 2.0  # how often a relaying process checks each host it relays to
+ATTACH_SECONDS = 2.0  # how long a host has to answer a join
+PING_SECONDS = 2.0  # how often each end checks the other end of its relayed sockets
+PING_TIMEOUT = 4.0  # how long a ping may go unanswered before the other end is gone
 CLOSE_RETRY = 4503
 
 
@@ -151,6 +156,7 @@ class RoomRouter:
             return
         self.loop = loop
         self._outbox = asyncio.Queue()
+        self._work = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run())]
 
     async def _run(self):
@@ -161,10 +167,8 @@ class RoomRouter:
             self._named.set()
             return
         self._named.set()
-        self._tasks += [
-            asyncio.ensure_future(self._send_loop()),
-            asyncio.ensure_future(self._ping_loop()),
-        ]
+        for loop in (self._send_loop, self._work_loop, self._ping_loop):
+            self._tasks.append(asyncio.ensure_future(loop()))
         while True:
             try:
                 message = await self.layer.receive(self.channel)
@@ -216,13 +220,13 @@ class RoomRouter:
                 if on_failure is not None:
                     on_failure()
 
-    async def _request(self, channel, message):
+    async def _request(self, channel, message, timeout=ATTACH_SECONDS):
         token = next(self._tokens)
         answer = self.loop.create_future()
         self._answers[token] = answer
         try:
             self.post(channel, {**message, "reply": self.channel, "token": token})
-            return await asyncio.wait_for(answer, ATTACH_SECONDS)
+            return await asyncio.wait_for(answer, timeout)
         finally:
             self._answers.pop(token, None)
 
@@ -260,22 +264,32 @@ class RoomRouter:
     async def _ping_loop(self):
         while True:
             await asyncio.sleep(PING_SECONDS)
-            hosts = {}
+            hosts, relays = {}, {}
             for room in list(self._relayed.values()):
-                hosts.setdefault(room.host, []).append(room)
-            for host, relayed in hosts.items():
-                asyncio.ensure_future(self._ping(host, relayed))
+                hosts.setdefault(room.host, []).append(room.sid)
+            for reply, sid in list(self._served):
+                relays.setdefault(reply, []).append(sid)
+            for host, sids in hosts.items():
+                asyncio.ensure_future(self._ping(host, "host", sids))
+            for relay, sids in relays.items():
+                asyncio.ensure_future(self._ping(relay, "relay", sids))
 
-    async def _ping(self, host, relayed):
+    async def _ping(self, channel, role, sids):
+        """Ask ``channel`` (the ``role`` end of ``sids``) which it still has; end the rest."""
+        request = {"op": "ping", "role": role, "sids": sids}
         try:
-            answer = await self._request(host, {"op": "ping", "sids": [r.sid for r in relayed]})
+            answer = await self._request(channel, request, PING_TIMEOUT)
             gone = set(answer.get("gone") or ())
         except Exception:
-            logger.warning("rindle rooms: host %s did not answer a ping; closing its sockets", host)
-            gone = {r.sid for r in relayed}
-        for room in relayed:
-            if room.sid in gone and self._relayed.pop(room.sid, None) is not None:
-                room.socket.close_later(CLOSE_RETRY)
+            logger.warning("rindle rooms: %s %s did not answer a ping", role, channel)
+            gone = set(sids)
+        for sid in gone:
+            if role == "host":
+                room = self._relayed.pop(sid, None)
+                if room is not None:
+                    room.socket.close_later(CLOSE_RETRY)
+            else:
+                self.drop_served(channel, sid)
 
     # --- both ends: what arrives ------------------------------------------------------------
 
@@ -297,19 +311,32 @@ class RoomRouter:
                 room.socket.close_later(message["code"])
             return
         if op == "ping":
-            served = {sid for _reply, sid in self._served}
-            gone = [sid for sid in message["sids"] if sid not in served]
-            self._answer(message, gone=gone)
+            if message.get("role") == "host":  # asked as the host of these sockets
+                have = {sid for reply, sid in self._served if reply == message["reply"]}
+            else:
+                have = set(self._relayed)
+            self._answer(message, gone=[sid for sid in message["sids"] if sid not in have])
             return
-        if op == "join":
-            ok = await workers.run_db(self._join, message)
-            self._answer(message, ok=ok)
-            return
-        handler = getattr(self, f"_on_{op}", None)
-        served = self._served.get((message.get("reply"), message.get("sid")))
-        if handler is None or served is None:
-            return  # a socket this process no longer serves (or never did)
-        await workers.run_db(handler, *served, message)
+        self._work.put_nowait(message)
+
+    async def _work_loop(self):
+        """The host's work, in arrival order, one message at a time on a worker thread."""
+        while True:
+            message = await self._work.get()
+            op = message.get("op")
+            try:
+                if op == "join":
+                    ok = await workers.run_db(self._join, message)
+                    self._answer(message, ok=ok)
+                    continue
+                handler = getattr(self, f"_on_{op}", None)
+                served = self._served.get((message.get("reply"), message.get("sid")))
+                if handler is not None and served is not None:  # else: no longer served here
+                    await workers.run_db(handler, *served, message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad message must not stop the routing
+                logger.exception("rindle rooms: a routed %r failed", op)
 
     def _answer(self, request, **fields):
         self.post(request["reply"], {"op": "answer", "token": request["token"], **fields})

@@ -118,7 +118,7 @@ async def test_a_doc_hosted_elsewhere_is_served_there(fleet, people):
             out = await b.comm.receive_output(timeout=10)
             if out["type"] == "websocket.close":
                 break
-        assert out["code"] == 4503 and time.monotonic() - started < 8
+        assert out["code"] == 4503 and time.monotonic() - started < 12
     finally:
         other.close()
 
@@ -134,4 +134,24 @@ async def test_a_host_that_never_answers_is_taken_over_with_the_next_epoch(fleet
     assert time.monotonic() - started < 5
     epoch, host = await db(placement)()
     assert epoch == 6 and host.startswith("rindle.rooms.") and host != "rindle.rooms.gone!nobody"
+    await b.close()
+
+
+async def test_sockets_relayed_by_a_process_that_died_leave_the_room(fleet, people):
+    from rindle_app.runtime import get_runtime
+
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    b, _ = await room_socket("B", rt["roomToken"])  # the room boots here
+    registry = get_runtime().rooms
+    room = registry.get(DOC)
+    dead = {"doc": DOC, "reply": "rindle.rooms.dead!relay", "sid": "s1"}
+    assert await db(registry.router._join)(dead)  # a socket another process relayed
+    assert len(room.sockets) == 2
+    deadline = time.monotonic() + 12
+    while len(room.sockets) != 1:
+        assert time.monotonic() < deadline, room.sockets
+        await asyncio.sleep(0.1)
+    assert not registry.router._served
     await b.close()
