@@ -151,6 +151,7 @@ def run(env, rooms, args, cookie, log, rep):
         "raw_p50": raw["p50"],
         "raw_p99": raw["p99"],
         "raw_confirm_ms": raw["confirm_ms"],
+        "receipts_ms": receipts,
     }
 
 

@@ -388,12 +388,18 @@ class LiveRoom:
                     self._confirm(sub, lmid)
 
     def _confirm(self, sub, lmid):
-        """Move ``sub``'s lmid row to ``lmid`` (durable), with a releasing progress."""
+        """
+        Move ``sub``'s lmid row to ``lmid`` (durable), with a releasing progress. The
+        confirmation takes a version of its own: a client releases a frame only with
+        a progress past the one it already applied, so one tagged with the room's
+        current version would wait for the room's next change.
+        """
         old, sub.lmid = _lmid(sub), lmid
         op = {"op": "edit", "table": LEDGER, "old": old, "new": _lmid(sub)}
         if not old["last_mutation_id"]:
             op = {"op": "add", "table": LEDGER, "row": _lmid(sub)}
         sub.seq += 1
+        self.version += 1
         text = wire.dumps(sub.shape.ops([op]))
         batch = wire.nbatch(sub.query_id, sub.epoch, sub.seq, sub.shape.fp, text, self.version)
         sub.socket.deliver([batch, wire.progress(self.version)])

@@ -448,3 +448,31 @@ async def test_a_room_whose_footprint_query_ends_closes_its_sockets_to_retry(peo
             break
     assert out["code"] == 4503
     assert rt
+
+
+async def test_each_confirmation_advances_the_rooms_progress(people):
+    """
+    A client releases a frame only with a progress past what it already applied, so
+    the lmid confirmation of a flush carries a cv past the mutation's own progress,
+    followed by a progress that releases it (the published client otherwise holds the
+    confirmation, and its pending mutation, until the next edit in the room).
+    """
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    a, _ = await room_socket("A", (await db(lease)(ada, "A"))["realtime"]["roomToken"])
+    b, _ = await room_socket("B", rt["roomToken"])
+    for mid in (1, 2):
+        await a.send(push(mid, "editTitle", id=ISSUE, title=f"t{mid}", updatedAt=5 + mid))
+        applied, confirm, released = 0, None, None
+        while released is None:
+            frame = await a.recv()
+            if frame["t"] == "progress" and confirm is None:
+                applied = max(applied, frame["frame"]["cvMin"])
+            elif frame["t"] == "nbatch" and frame["queryId"] == 0:
+                confirm = frame["batch"]["cv"]
+            elif frame["t"] == "progress" and frame["frame"]["cvMin"] >= confirm:
+                released = frame["frame"]["cvMin"]
+        assert applied and confirm > applied, (applied, confirm)
+    await a.close()
+    await b.close()
