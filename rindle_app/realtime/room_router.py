@@ -141,7 +141,8 @@ class RoomRouter:
         self.channel = None
         self.loop = None
         self._named = threading.Event()  # set once the channel exists
-        self._outbox = None
+        self._outbox = None  # asyncio.Queue: what to send, in order (one sender task)
+        self._work = None  # asyncio.Queue: the host's work, in order (one worker task)
         self._tasks = []
         self._tokens = itertools.count(1)
         self._answers = {}  # token -> asyncio.Future: replies to this process's requests
@@ -179,7 +180,7 @@ class RoomRouter:
                 await asyncio.sleep(0.1)
                 continue
             try:
-                await self._handle(message)
+                self._handle(message)
             except Exception:  # one bad message must not stop the routing
                 logger.exception("rindle rooms: a routed %r failed", message.get("op"))
 
@@ -293,7 +294,7 @@ class RoomRouter:
 
     # --- both ends: what arrives ------------------------------------------------------------
 
-    async def _handle(self, message):
+    def _handle(self, message):
         op = message.get("op")
         if op == "answer":
             answer = self._answers.get(message.get("token"))
