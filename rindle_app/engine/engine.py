@@ -358,11 +358,14 @@ class Engine:
 
         return refresh_run_id(self, source, offset, previous_run_id, next_run_id)
 
-    def claim_room_epoch(self, doc, host=None):
-        """Bump ``doc``'s placement epoch once and return it; see ``engine.rooms``."""
-        from .rooms import claim_room_epoch
+    def claim_room_epoch(self, doc, host=None, expect=None, *, compare=False):
+        """
+        Bump ``doc``'s placement epoch once and return it; with ``compare``, only from
+        the epoch ``expect`` (None: never claimed), else None. See ``engine.rooms``.
+        """
+        from .rooms import ANY_EPOCH, claim_room_epoch
 
-        return claim_room_epoch(self, doc, host)
+        return claim_room_epoch(self, doc, host, expect if compare else ANY_EPOCH)
 
     def room_placement(self, doc):
         """``(epoch, host)`` of ``doc`` (``(None, None)``: never claimed)."""

@@ -135,19 +135,40 @@ def _client(value, i):
 # --- placement --------------------------------------------------------------------------
 
 
-def claim_room_epoch(engine, doc, host=None):
+ANY_EPOCH = object()  # claim_room_epoch's ``expect`` when any current epoch will do
+
+
+def claim_room_epoch(engine, doc, host=None, expect=ANY_EPOCH):
     """
     Bump ``doc``'s placement epoch once (1 for a first claim) and return it, with
-    ``host`` (a channel name, or None) as the process that holds it.
+    ``host`` (a channel name, or None) as the process that holds it. With ``expect``
+    (the epoch the caller read, None for never claimed) the claim is a
+    compare-and-swap: it returns None, and changes nothing, when another claim came
+    first (a fleet's processes racing to host a doc).
     """
     _doc(doc)
     if host is not None and (not isinstance(host, str) or not host or len(host) > MAX_TEXT):
         raise InvalidInput("a room host is a channel name of at most 255 characters")
-    sql = (
-        f"INSERT INTO {ROOM_PLACEMENT} (doc, epoch, host) VALUES (%s, 1, %s) ON CONFLICT (doc) "
-        f"DO UPDATE SET epoch = {ROOM_PLACEMENT}.epoch + 1, host = excluded.host RETURNING epoch"
-    )
-    return engine.write(lambda tx: tx.scalar(sql, [doc, host])).value
+    if expect is ANY_EPOCH:
+        sql = (
+            f"INSERT INTO {ROOM_PLACEMENT} (doc, epoch, host) VALUES (%s, 1, %s) "
+            f"ON CONFLICT (doc) DO UPDATE SET epoch = {ROOM_PLACEMENT}.epoch + 1, "
+            "host = excluded.host RETURNING epoch"
+        )
+        params = [doc, host]
+    elif expect is None:
+        sql = (
+            f"INSERT INTO {ROOM_PLACEMENT} (doc, epoch, host) VALUES (%s, 1, %s) "
+            "ON CONFLICT (doc) DO NOTHING RETURNING epoch"
+        )
+        params = [doc, host]
+    else:
+        sql = (
+            f"UPDATE {ROOM_PLACEMENT} SET epoch = epoch + 1, host = %s "
+            "WHERE doc = %s AND epoch = %s RETURNING epoch"
+        )
+        params = [host, doc, expect]
+    return engine.write(lambda tx: tx.scalar(sql, params)).value
 
 
 def room_placement(using, doc):

@@ -119,6 +119,10 @@ ROOM_OUTCOMES = "_rindle_room_mutation_outcomes"
 MAX_TEXT = 255
 
 
+class ClaimLost(Exception):
+    """``boot`` with ``compare``: another host claimed the doc since its epoch was read."""
+
+
 @dataclass
 class MutationResult:
     """
@@ -331,7 +335,9 @@ class RoomHost:
     flushes' change source (``"room:" + doc`` by default).
     """
 
-    def __init__(self, engine, doc, *, mutators, load, source=None, host=None):
+    def __init__(
+        self, engine, doc, *, mutators, load, source=None, host=None, compare=False, expect=None
+    ):
         if not isinstance(doc, str) or not doc or len(doc) > MAX_TEXT:
             raise InvalidInput(f"doc must be a non-empty string of at most {MAX_TEXT} characters")
         if not isinstance(mutators, dict) or not all(callable(f) for f in mutators.values()):
@@ -340,6 +346,9 @@ class RoomHost:
         self.doc = doc
         self.source = source or f"room:{doc}"
         self.host = host  # the channel its epoch's claim names (``engine.rooms``)
+        # With ``compare`` the claim goes through only from the epoch ``expect`` (None:
+        # never claimed); otherwise ``boot`` raises ``ClaimLost`` (another host came first).
+        self._claim = (compare, expect)
         self._mutators = dict(mutators)
         self._load = load
         self._tables = _Tables(engine)
@@ -387,7 +396,12 @@ class RoomHost:
         self._open()
         if self.epoch is not None:
             raise InvalidInput("a room host boots once")
-        self.epoch = self.engine.claim_room_epoch(self.doc, self.host)
+        compare, expect = self._claim
+        epoch = self.engine.claim_room_epoch(self.doc, self.host, expect, compare=compare)
+        if epoch is None:
+            self.closed = "another host claimed the doc first"
+            raise ClaimLost(f"another host claimed {self.doc!r} past epoch {expect}")
+        self.epoch = epoch
         if self.epoch >= MAX_EPOCH:
             self._close(f"epoch {self.epoch} is past the offset space")
         try:

@@ -235,14 +235,15 @@ class RoomRouter:
 
     def route(self, doc, socket):
         """
-        A thread's question: the ``RemoteRoom`` of ``doc`` for ``socket`` when another
-        live process hosts it, else None (boot it here). Blocks up to ATTACH_SECONDS.
+        A thread's question: ``(room, epoch)``: the ``RemoteRoom`` of ``doc`` for
+        ``socket`` when another live process hosts it, else None and the epoch read
+        (None: never claimed), which a boot here must claim from (a compare-and-swap:
+        of processes racing to host the doc, one wins and the others route to it).
+        Blocks up to ATTACH_SECONDS.
         """
-        if self.named() is None:
-            return None
-        _epoch, host = self.registry.engine.room_placement(doc)
-        if not host or host == self.channel:
-            return None
+        epoch, host = self.registry.engine.room_placement(doc)
+        if self.named() is None or not host or host == self.channel:
+            return None, epoch
         sid = uuid.uuid4().hex
         request = {"op": "join", "doc": doc, "sid": sid}
         future = asyncio.run_coroutine_threadsafe(self._request(host, request), self.loop)
@@ -252,12 +253,12 @@ class RoomRouter:
             future.cancel()
             self.post(host, {"op": "leave", "sid": sid, "reply": self.channel})
             logger.info("rindle rooms: %s did not answer for %r; booting it here", host, doc)
-            return None
+            return None, epoch
         if not answer.get("ok"):
-            return None
+            return None, epoch
         room = RemoteRoom(self, host, sid, socket, doc)
         self._relayed[sid] = room
-        return room
+        return room, epoch
 
     def forget(self, sid):
         self._relayed.pop(sid, None)
@@ -345,7 +346,7 @@ class RoomRouter:
     # --- the host's end ---------------------------------------------------------------------
 
     def _join(self, message):
-        room = self.registry.get(message["doc"])
+        room = self.registry.hosting(message["doc"])  # a claim made here may still be booting
         if room is None:
             return False
         remote = RemoteSocket(self, message["reply"], message["sid"])

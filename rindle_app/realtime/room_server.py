@@ -48,12 +48,12 @@ import threading
 import time
 
 from ..conf import rindle_settings
-from ..exceptions import RindleError, RoomClosed
+from ..exceptions import RindleError, RoomBusy, RoomClosed
 from ..ivm.ast import query_key
 from ..ivm.store import MemoryStore
 from ..ivm.view import View
 from . import wire
-from .room_host import APPLIED, REPLAY, RoomHost
+from .room_host import APPLIED, REPLAY, ClaimLost, RoomHost
 
 logger = logging.getLogger("rindle.rooms")
 
@@ -65,6 +65,8 @@ COALESCE_MAX = 0.02
 # Seconds a drained room waits for its downgrading client's main-socket subscription
 # before it commits the fence anyway (see RoomRegistry.drain).
 SEAL_WAIT = 1.0
+# Times a socket's join routes again after another process claimed the doc first.
+CLAIM_ATTEMPTS = 3
 LEDGER = "_rindle_client_mutations"  # the lmid stream's table, as on the main socket
 
 
@@ -512,29 +514,43 @@ class RoomRegistry:
         process (a ``room_router.RemoteRoom``) when that process hosts it.
         """
         router = self.router
-        room = self._rooms.get(doc)
-        if router is not None and (room is None or room.closed):
-            remote = router.route(doc, socket)
-            if remote is not None:
-                return remote
-        with self._lock:
+        for _attempt in range(CLAIM_ATTEMPTS):
             room = self._rooms.get(doc)
-            if room is None or room.closed:
-                room = LiveRoom(self.engine, doc, None, wake=self._wake.set)
-                if follow is not None:
-                    load = room.following(follow)
-                host = router.named() if router is not None else None
-                room.host = RoomHost(self.engine, doc, mutators=mutators, load=load, host=host)
-                try:
-                    room.boot(tables)
-                except BaseException:
-                    room.stop_following()
-                    raise
-                self._rooms[doc] = room
-                self._start()
-            with room.lock:
-                room.sockets.add(socket)
-            return room
+            compare, expect = False, None
+            if router is not None and (room is None or room.closed):
+                remote, expect = router.route(doc, socket)
+                if remote is not None:
+                    return remote
+                compare = True  # boot from the epoch read, or route to whoever came first
+            with self._lock:
+                room = self._rooms.get(doc)
+                if room is None or room.closed:
+                    room = LiveRoom(self.engine, doc, None, wake=self._wake.set)
+                    if follow is not None:
+                        load = room.following(follow)
+                    room.host = RoomHost(
+                        self.engine,
+                        doc,
+                        mutators=mutators,
+                        load=load,
+                        host=router.named() if router is not None else None,
+                        compare=compare,
+                        expect=expect,
+                    )
+                    try:
+                        room.boot(tables)
+                    except ClaimLost:
+                        room.stop_following()
+                        continue
+                    except BaseException:
+                        room.stop_following()
+                        raise
+                    self._rooms[doc] = room
+                    self._start()
+                with room.lock:
+                    room.sockets.add(socket)
+                return room
+        raise RoomBusy(f"the room of {doc!r} is being placed elsewhere; lease again")
 
     def leave(self, socket, room):
         """``socket`` went away; the room's last socket flushes (seals) and drops it."""
@@ -557,6 +573,12 @@ class RoomRegistry:
 
     def get(self, doc):
         return self._rooms.get(doc)
+
+    def hosting(self, doc):
+        """The doc's open room here (None: none), after any boot of it in progress."""
+        with self._lock:
+            room = self._rooms.get(doc)
+        return None if room is None or room.closed else room
 
     def drain(self, doc):
         """

@@ -105,6 +105,28 @@ def test_concurrent_claims_each_win_exactly_one_bump(room):
     assert room.room_epoch(DOC) == 8
 
 
+def test_a_compared_claim_goes_through_only_from_the_epoch_read(room):
+    """Processes racing to host a doc: of claims from one epoch read, exactly one wins."""
+    assert room.claim_room_epoch(DOC, "p1", None, compare=True) == 1
+    assert room.claim_room_epoch(DOC, "p2", None, compare=True) is None  # came second
+    assert room.room_placement(DOC) == (1, "p1")
+    won = []
+    threads = [
+        threading.Thread(
+            target=lambda h=h: won.append(room.claim_room_epoch(DOC, h, 1, compare=True))
+        )
+        for h in ("p2", "p3", "p4")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(won, key=str) == [2, None, None]
+    assert room.room_placement(DOC)[0] == 2
+    assert room.claim_room_epoch(DOC) == 3  # an unconditional claim (HTTP) clears the host
+    assert room.room_placement(DOC) == (3, None)
+
+
 def test_a_flush_from_every_earlier_epoch_is_fenced_and_writes_nothing(room):
     for _ in range(3):
         room.claim_room_epoch(DOC)
