@@ -10,7 +10,9 @@ the host answers within ``ATTACH_SECONDS``. Then the socket's room frames
 (subscribe, the lmid stream, unsubscribe, pushMutation, leave) go to the host, which
 serves them on its room with a ``RemoteSocket`` whose frames come back to this
 process, in order. A host that does not answer is taken for gone: this process
-boots the room itself, and its claim of the next epoch fences the old host.
+boots the room itself, and its claim of the next epoch fences the old host. A boot
+claims from the epoch it read (``claim_room_epoch(..., compare=True)``): of
+processes racing to host a doc one wins, and the others route to it.
 
 Each end does its own part of the rules. The relaying process authenticates the
 socket, redeems its room token, resolves the query for its user (read rules
