@@ -476,3 +476,31 @@ async def test_each_confirmation_advances_the_rooms_progress(people):
         assert applied and confirm > applied, (applied, confirm)
     await a.close()
     await b.close()
+
+
+async def test_a_burst_of_mutations_applies_in_order_and_each_refusal_names_its_mid(people):
+    """Pushes sent back to back are applied in arrival order, a gap refused with its mid."""
+    ada, bob = people
+    await db(lease)(ada, "A")
+    rt = (await db(lease)(bob, "B"))["realtime"]
+    a, _ = await room_socket("A", (await db(lease)(ada, "A"))["realtime"]["roomToken"])
+    b, _ = await room_socket("B", rt["roomToken"])
+    for mid in range(1, 41):
+        await a.send(push(mid, "editTitle", id=ISSUE, title=f"burst {mid}", updatedAt=10 + mid))
+    await a.send(push(45, "editTitle", id=ISSUE, title="gap", updatedAt=99))
+    seen = await until_rows(b, "issue", lambda r: r[1] == "burst 40")
+    titles = [r[1] for r in rows(seen, "issue")]
+    assert titles == sorted(titles, key=lambda t: int(t.split()[1])), titles  # in order
+    errors = []
+    while not errors:
+        frame = await a.recv()
+        if frame["t"] == "error":
+            errors.append((frame["code"], frame["mid"]))
+    assert errors == [("mid_gap", 45)]
+    deadline = time.monotonic() + 5
+    while (await db(ledgers)())[0] != [("A", 40)]:
+        assert time.monotonic() < deadline
+        await a.recv()
+    assert (await db(issue_row)())[0] == "burst 40"
+    await a.close()
+    await b.close()
