@@ -96,7 +96,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _profile = None
     _key = None
     _early_lmid = None  # a lmid stream opened before the socket joined its room
-    _pushing = None  # the task applying queued mutations (``_apply_pushes``)
     _shed = False
     _runtime = None
     _counted = None  # the key this socket is counted under (runtime.sockets)
@@ -146,7 +145,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._loop = asyncio.get_running_loop()
         self._runtime.rooms.start_routing(self._loop)
         self._outbox = asyncio.Queue()
-        self._pushes = []  # mutations received, not yet handed to the room
         self._budget = limits.FrameBudget(time.monotonic())
         self._sender = asyncio.ensure_future(self._send_frames())
         await self.accept(wire.subprotocol(self.scope))
@@ -405,37 +403,11 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 retryable=True,
                 retryAfterMs=exc.retry_after_ms,
             )
-        # Applied in arrival order by one task, which hands every mutation queued
-        # meanwhile to a worker thread at once: the socket reads on while they apply,
-        # and a burst pays one hop to the thread, not one per mutation.
-        self._pushes.append(envelope)
-        if self._pushing is None:
-            self._pushing = asyncio.ensure_future(self._apply_pushes())
-
-    async def _apply_pushes(self):
         try:
-            while self._pushes:
-                batch, self._pushes = self._pushes, []
-                await workers.run_db(self._mutate_all, batch)
-        finally:
-            self._pushing = None
-
-    def _mutate_all(self, batch):
-        """Apply ``batch`` (envelopes, in order) to the room (a worker thread)."""
-        for envelope in batch:
-            room = self.room
-            if room is None:  # the socket left: its client re-sends what is unconfirmed
-                return
-            try:
-                room.mutate(self, envelope)
-            except RoomClosed:
-                self.close_later(CLOSE_RETRY)
-                return
-            except RindleError as exc:
-                frame = wire.error(
-                    exc.message, exc.code, retryable=exc.retryable, mid=envelope["mid"]
-                )
-                self.deliver([frame])
+            await workers.run_db(self.room.mutate, self, envelope)
+        except RindleError as exc:
+            extra = {"mid": envelope["mid"]}
+            await self._error(exc.message, exc.code, retryable=exc.retryable, **extra)
 
     # --- answers ------------------------------------------------------------------------
 
