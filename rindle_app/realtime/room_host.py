@@ -705,8 +705,9 @@ class RoomHost:
                 self._set(slot, image)
                 result.corrections.append(change)
         if conflicts:
-            self._judged = [(p, p.verdict) for p in self._pending]
-            self._shown = {slot: self._state.get(slot) for slot in self._base}
+            if self._shown is None:  # what peers were shown, and told, before the rebase
+                self._judged = [(p, p.verdict) for p in self._pending]
+                self._shown = {slot: self._state.get(slot) for slot in self._base}
             self._rebase(conflicts)
             self._report(result)
         return result
