@@ -25,7 +25,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 from ..conf import rindle_settings
 from . import capture
 from .census import PRODUCER_OFFSETS, ProducerCensus
-from .rooms import lifecycle_tables
+from .rooms import ANY_EPOCH, lifecycle_tables
 from .tables import TableMap, create_table_sql, introspect
 from .writer import Commit, Writer, is_infrastructure_error
 
@@ -358,14 +358,14 @@ class Engine:
 
         return refresh_run_id(self, source, offset, previous_run_id, next_run_id)
 
-    def claim_room_epoch(self, doc, host=None, expect=None, *, compare=False):
+    def claim_room_epoch(self, doc, host=None, expect=ANY_EPOCH):
         """
-        Bump ``doc``'s placement epoch once and return it; with ``compare``, only from
-        the epoch ``expect`` (None: never claimed), else None. See ``engine.rooms``.
+        Bump ``doc``'s placement epoch once and return it; with ``expect``, only from
+        that epoch (None: never claimed), else None. See ``engine.rooms``.
         """
-        from .rooms import ANY_EPOCH, claim_room_epoch
+        from .rooms import claim_room_epoch
 
-        return claim_room_epoch(self, doc, host, expect if compare else ANY_EPOCH)
+        return claim_room_epoch(self, doc, host, expect)
 
     def room_placement(self, doc):
         """``(epoch, host)`` of ``doc`` (``(None, None)``: never claimed)."""

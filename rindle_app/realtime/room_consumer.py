@@ -77,7 +77,7 @@ from .consumer import (
     _envelope_problem,
     _is_query_id,
 )
-from .room_server import open_lmid
+from .room_server import lmid_shape, open_lmid
 
 logger = logging.getLogger("rindle.rooms")
 
@@ -297,8 +297,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         room when a room token joins it.
         """
         engine = self._runtime.engine
-        ast = named.lmid_ast(self.client_id)
-        shape = wire.NormalizedShape(parse(ast, engine.tables), engine.tables)
+        shape = lmid_shape(engine, self.client_id)
         if self.room is not None:
             return self.room.subscribe_lmid(self, query_id, shape, self.client_id)
         lmid = engine.room_lmids(self.doc, [self.client_id]).get(self.client_id, 0)

@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from ..conf import rindle_settings
 from ..engine.errors import InvalidInput
 from ..engine.mutations import validation_rejection
+from ..engine.rooms import ANY_EPOCH
 from ..exceptions import (
     ARGS_TOO_LARGE,
     INVALID_ARGS,
@@ -120,7 +121,7 @@ MAX_TEXT = 255
 
 
 class ClaimLost(Exception):
-    """``boot`` with ``compare``: another host claimed the doc since its epoch was read."""
+    """``boot`` with an ``expect``: another host claimed the doc since its epoch was read."""
 
 
 @dataclass
@@ -335,9 +336,7 @@ class RoomHost:
     flushes' change source (``"room:" + doc`` by default).
     """
 
-    def __init__(
-        self, engine, doc, *, mutators, load, source=None, host=None, compare=False, expect=None
-    ):
+    def __init__(self, engine, doc, *, mutators, load, source=None, host=None, expect=ANY_EPOCH):
         if not isinstance(doc, str) or not doc or len(doc) > MAX_TEXT:
             raise InvalidInput(f"doc must be a non-empty string of at most {MAX_TEXT} characters")
         if not isinstance(mutators, dict) or not all(callable(f) for f in mutators.values()):
@@ -346,9 +345,9 @@ class RoomHost:
         self.doc = doc
         self.source = source or f"room:{doc}"
         self.host = host  # the channel its epoch's claim names (``engine.rooms``)
-        # With ``compare`` the claim goes through only from the epoch ``expect`` (None:
-        # never claimed); otherwise ``boot`` raises ``ClaimLost`` (another host came first).
-        self._claim = (compare, expect)
+        # Given, the claim goes through only from the epoch ``expect`` (None: never
+        # claimed); otherwise ``boot`` raises ``ClaimLost`` (another host came first).
+        self.expect = expect
         self._mutators = dict(mutators)
         self._load = load
         self._tables = _Tables(engine)
@@ -396,11 +395,10 @@ class RoomHost:
         self._open()
         if self.epoch is not None:
             raise InvalidInput("a room host boots once")
-        compare, expect = self._claim
-        epoch = self.engine.claim_room_epoch(self.doc, self.host, expect, compare=compare)
+        epoch = self.engine.claim_room_epoch(self.doc, self.host, self.expect)
         if epoch is None:
             self.closed = "another host claimed the doc first"
-            raise ClaimLost(f"another host claimed {self.doc!r} past epoch {expect}")
+            raise ClaimLost(f"another host claimed {self.doc!r} past epoch {self.expect}")
         self.epoch = epoch
         if self.epoch >= MAX_EPOCH:
             self._close(f"epoch {self.epoch} is past the offset space")

@@ -11,7 +11,7 @@ the host answers within ``ATTACH_SECONDS``. Then the socket's room frames
 serves them on its room with a ``RemoteSocket`` whose frames come back to this
 process, in order. A host that does not answer is taken for gone: this process
 boots the room itself, and its claim of the next epoch fences the old host. A boot
-claims from the epoch it read (``claim_room_epoch(..., compare=True)``): of
+claims from the epoch it read (``claim_room_epoch(..., expect=epoch)``): of
 processes racing to host a doc one wins, and the others route to it.
 
 Each end does its own part of the rules. The relaying process authenticates the
@@ -53,6 +53,7 @@ import uuid
 from ..exceptions import UNSUPPORTED, RindleError, RoomClosed
 from ..ivm.ast import QueryError, parse, to_json
 from . import wire, workers
+from .room_server import LmidSub, lmid_shape
 
 logger = logging.getLogger("rindle.rooms")
 
@@ -387,23 +388,15 @@ class RoomRouter:
         except RindleError as exc:
             remote.deliver([wire.query_error(query_id, exc.message, exc.code)])
 
-    def _lmid_shape(self, client_id):
-        from .. import named
-
-        engine = self.registry.engine
-        return wire.NormalizedShape(parse(named.lmid_ast(client_id), engine.tables), engine.tables)
-
     def _on_lmid(self, remote, room, message):
         try:
-            shape = self._lmid_shape(message["client"])
+            shape = lmid_shape(self.registry.engine, message["client"])
             room.subscribe_lmid(remote, message["qid"], shape, message["client"])
         except RoomClosed:
             remote.close_later(CLOSE_RETRY)
 
     def _on_adopt(self, remote, room, message):
-        from .room_server import LmidSub
-
-        shape = self._lmid_shape(message["client"])
+        shape = lmid_shape(self.registry.engine, message["client"])
         sub = LmidSub(remote, message["qid"], 1, shape, message["client"], message["lmid"])
         room.adopt_lmid(sub)
 

@@ -48,6 +48,7 @@ import threading
 import time
 
 from ..conf import rindle_settings
+from ..engine.rooms import ANY_EPOCH
 from ..exceptions import RindleError, RoomBusy, RoomClosed
 from ..ivm.ast import query_key
 from ..ivm.store import MemoryStore
@@ -102,6 +103,14 @@ class LmidSub:
         self.client_id = client_id
         self.lmid = lmid
         self.seq = 0
+
+
+def lmid_shape(engine, client_id):
+    """The wire shape of ``client_id``'s room lmid stream (``_rindle/clientLmid``)."""
+    from .. import named
+    from ..ivm.ast import parse
+
+    return wire.NormalizedShape(parse(named.lmid_ast(client_id), engine.tables), engine.tables)
 
 
 def open_lmid(socket, query_id, shape, client_id, lmid, engine):
@@ -516,12 +525,12 @@ class RoomRegistry:
         router = self.router
         for _attempt in range(CLAIM_ATTEMPTS):
             room = self._rooms.get(doc)
-            compare, expect = False, None
+            expect = ANY_EPOCH
             if router is not None and (room is None or room.closed):
+                # Boot from the epoch read, or route again to whoever claimed first.
                 remote, expect = router.route(doc, socket)
                 if remote is not None:
                     return remote
-                compare = True  # boot from the epoch read, or route to whoever came first
             with self._lock:
                 room = self._rooms.get(doc)
                 if room is None or room.closed:
@@ -534,7 +543,6 @@ class RoomRegistry:
                         mutators=mutators,
                         load=load,
                         host=router.named() if router is not None else None,
-                        compare=compare,
                         expect=expect,
                     )
                     try:

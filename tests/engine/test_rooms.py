@@ -107,14 +107,12 @@ def test_concurrent_claims_each_win_exactly_one_bump(room):
 
 def test_a_compared_claim_goes_through_only_from_the_epoch_read(room):
     """Processes racing to host a doc: of claims from one epoch read, exactly one wins."""
-    assert room.claim_room_epoch(DOC, "p1", None, compare=True) == 1
-    assert room.claim_room_epoch(DOC, "p2", None, compare=True) is None  # came second
+    assert room.claim_room_epoch(DOC, "p1", None) == 1
+    assert room.claim_room_epoch(DOC, "p2", None) is None  # came second
     assert room.room_placement(DOC) == (1, "p1")
     won = []
     threads = [
-        threading.Thread(
-            target=lambda h=h: won.append(room.claim_room_epoch(DOC, h, 1, compare=True))
-        )
+        threading.Thread(target=lambda h=h: won.append(room.claim_room_epoch(DOC, h, 1)))
         for h in ("p2", "p3", "p4")
     ]
     for t in threads:

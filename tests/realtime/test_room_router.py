@@ -19,6 +19,7 @@ from rindle_app.realtime.room_server import RoomRegistry
 
 from . import test_room_socket as sockets
 from .conftest import ORIGIN, Client
+from .test_room_host import Socket  # a socket that keeps what the room delivers
 from .test_room_socket import DOC, ROOM_PATH, lease
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -45,19 +46,6 @@ def set_placement(epoch, host):
             "INSERT INTO _rindle_room_placement (doc, epoch, host) VALUES (%s, %s, %s)",
             [DOC, epoch, host],
         )
-
-
-class Socket:
-    """A socket of the other server's own (it keeps the room alive there)."""
-
-    def __init__(self):
-        self.frames = []
-
-    def deliver(self, frames):
-        self.frames.extend(frames)
-
-    def close_later(self, code):
-        self.frames.append(("closed", code))
 
 
 def join_elsewhere(other):
